@@ -1,0 +1,3 @@
+from hotpath.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,91 @@
+"""The `hotpath` command line."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from hotpath.errors import HotpathError
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name, default))
+
+
+def cmd_engines(args: argparse.Namespace) -> int:
+    from hotpath.engines import build_repository
+
+    t0 = time.perf_counter()
+    results = build_repository(args.repository, only=args.model or None, force=args.force)
+    counts = {a: sum(r.action == a for r in results) for a in ("built", "skipped", "unchanged")}
+    print(f"[engines] done in {time.perf_counter() - t0:.1f}s: "
+          + ", ".join(f"{n} {a}" for a, n in counts.items() if n))
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from hotpath.server import ServerPorts, serve_forever
+
+    ports = ServerPorts(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port)
+    return serve_forever(ports, repository=args.repository, ort_threads=args.ort_threads, demo=args.demo)
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from hotpath.client import EmbeddingClient
+
+    with EmbeddingClient(args.url, model=args.model) as client:
+        vectors = client.embed(args.texts)
+    if args.similarity:
+        sims = vectors @ vectors.T
+        width = max(len(t) for t in args.texts)
+        for text, row in zip(args.texts, sims):
+            print(f"{text[:40]:<{min(width, 40)}}  " + "  ".join(f"{v:6.3f}" for v in row))
+    else:
+        np.set_printoptions(precision=4, suppress=True, threshold=12, edgeitems=4)
+        for text, vec in zip(args.texts, vectors):
+            print(f"{text[:60]!r}: dim={vec.shape[0]} norm={np.linalg.norm(vec):.4f} {vec}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hotpath", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("engines", help="export models and write config.pbtxt files into the repository")
+    p.add_argument("--repository", default=None, help="model repository (default: ./model_repository)")
+    p.add_argument("--model", action="append", help="build only this model (repeatable)")
+    p.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
+    p.set_defaults(func=cmd_engines)
+
+    p = sub.add_parser("serve", help="serve the repository with a local tritonserver until Ctrl-C")
+    p.add_argument("--repository", default=None)
+    p.add_argument("--http-port", type=int, default=_env_int("HOTPATH_HTTP_PORT", 8000))
+    p.add_argument("--grpc-port", type=int, default=_env_int("HOTPATH_GRPC_PORT", 8001))
+    p.add_argument("--metrics-port", type=int, default=_env_int("HOTPATH_METRICS_PORT", 8002))
+    p.add_argument("--ort-threads", type=int, default=None,
+                   help="override intra_op_thread_count of ONNX models in the staged copy")
+    p.add_argument("--demo", action="store_true", help="send one real request once ready and print it")
+    p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("embed", help="embed texts through the text_embedding endpoint (gRPC)")
+    p.add_argument("texts", nargs="+")
+    p.add_argument("--url", default=os.environ.get("HOTPATH_GRPC_URL", "localhost:8001"))
+    p.add_argument("--model", default="text_embedding")
+    p.add_argument("--similarity", action="store_true", help="print the cosine similarity matrix")
+    p.set_defaults(func=cmd_embed)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except HotpathError as exc:
+        print(f"hotpath {args.command}: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

@@ -1,0 +1,153 @@
+"""`hotpath engines`: specs -> exported models, Python models and config.pbtxt in the repository.
+
+Incremental: each version directory keeps a stamp with a fingerprint of everything its files
+depend on (weights, export code, library versions, the spec's export-relevant fields); when the
+fingerprint is unchanged the step is skipped and says so. Batching and instance settings are not
+part of the fingerprint, so re-tuning a config never re-exports a model.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from google.protobuf import json_format
+
+from hotpath import paths
+from hotpath.config import render, validate_all
+from hotpath.errors import BuildError
+from hotpath.exporters import get_exporter
+from hotpath.fingerprint import fingerprint, is_fresh, write_stamp
+from hotpath.spec import ModelSpec, load_specs
+
+Log = Callable[[str], None]
+VERSION = "1"
+
+
+def _print(message: str) -> None:
+    print(message, flush=True)
+
+
+@dataclass
+class StepResult:
+    """Outcome of building one model: 'built', 'skipped' or 'unchanged'."""
+
+    model: str
+    action: str
+    seconds: float
+    metrics: dict
+
+
+def resolve_asset(ref: str, spec: ModelSpec) -> Path:
+    """`package://pkg/sub/path` -> a file inside an installed package; other refs are repo-relative."""
+    if ref.startswith("package://"):
+        pkg, _, rel = ref[len("package://"):].partition("/")
+        found = importlib.util.find_spec(pkg)
+        if found is None or not found.submodule_search_locations:
+            raise spec.error("hotpath.assets", f"package '{pkg}' is not installed (needed for {ref})")
+        path = Path(list(found.submodule_search_locations)[0]) / rel
+    else:
+        path = paths.ROOT / ref
+    if not path.is_file():
+        raise spec.error("hotpath.assets", f"{ref} -> {path} does not exist")
+    return path
+
+
+def _io_settings(spec: ModelSpec) -> dict:
+    # Only what shapes the exported files: the hotpath table and the tensor signature.
+    cfg = json_format.MessageToDict(spec.config, preserving_proto_field_name=True)
+    return {"hotpath": spec.hotpath, "input": cfg.get("input"), "output": cfg.get("output")}
+
+
+def _python_sources(spec: ModelSpec) -> tuple[Path, list[Path]]:
+    folder = paths.python_backends_dir() / spec.hotpath.get("python_backend", spec.name)
+    if not (folder / "model.py").is_file():
+        raise spec.error("hotpath.python_backend", f"{folder}/model.py does not exist")
+    return folder, sorted(folder.glob("*.py"))
+
+
+def _build_python(spec: ModelSpec, version_dir: Path, force: bool, log: Log) -> tuple[str, dict]:
+    folder, code = _python_sources(spec)
+    assets = [resolve_asset(ref, spec) for ref in spec.hotpath.get("assets", [])]
+    digest = fingerprint(_io_settings(spec), code + assets)
+    if not force and is_fresh(version_dir, digest):
+        log(f"  skip: {', '.join(p.name for p in code + assets)} unchanged (fingerprint {digest[:12]})")
+        return "skipped", {}
+    files = []
+    for src in code + assets:
+        shutil.copyfile(src, version_dir / src.name)
+        files.append(src.name)
+    log(f"  copied {', '.join(files)} from {folder.relative_to(paths.ROOT) if folder.is_relative_to(paths.ROOT) else folder}")
+    write_stamp(version_dir, digest, files, {})
+    return "built", {}
+
+
+def _build_onnx(spec: ModelSpec, version_dir: Path, force: bool, log: Log) -> tuple[str, dict]:
+    try:
+        exporter = get_exporter(spec.hotpath.get("exporter", ""))
+    except KeyError as exc:
+        raise spec.error("hotpath.exporter", str(exc.args[0])) from None
+    sources = exporter.source_files(spec)
+    missing = [str(p) for p in sources if not Path(p).is_file()]
+    if missing:
+        raise BuildError(f"{spec.name}: source files missing: {', '.join(missing)}")
+    digest = fingerprint({**_io_settings(spec), "versions": exporter.versions()}, sources + exporter.code_files())
+    if not force and is_fresh(version_dir, digest):
+        log(f"  skip export: weights, export code, versions and tensor spec unchanged (fingerprint {digest[:12]})")
+        return "skipped", {}
+    report = exporter.export(spec, version_dir, lambda m: log(f"  {m}"))
+    write_stamp(version_dir, digest, report.files, report.metrics)
+    return "built", report.metrics
+
+
+def _write_config(spec: ModelSpec, model_dir: Path, log: Log) -> bool:
+    text = render(spec)
+    path = model_dir / "config.pbtxt"
+    if path.exists() and path.read_text() == text:
+        return False
+    path.write_text(text)
+    log("  wrote config.pbtxt (parsed back: identical message)")
+    return True
+
+
+def build_repository(repository: Path | None = None, only: list[str] | None = None, force: bool = False,
+                     log: Log = _print) -> list[StepResult]:
+    """Build every model of the specs into `repository`; returns one StepResult per model."""
+    repository = Path(repository or paths.model_repository())
+    specs = load_specs(paths.model_specs_dir(), paths.ensemble_specs_dir())
+    validate_all(specs)
+    if only:
+        unknown = set(only) - {s.name for s in specs}
+        if unknown:
+            raise BuildError(f"no spec for model(s): {', '.join(sorted(unknown))}")
+        specs = [s for s in specs if s.name in only]
+    log(f"[engines] {len(specs)} model(s) -> {repository}")
+    results = []
+    for i, spec in enumerate(specs, 1):
+        t0 = time.perf_counter()
+        log(f"[engines] ({i}/{len(specs)}) {spec.name} [{spec.kind}]")
+        model_dir = repository / spec.name
+        version_dir = model_dir / VERSION
+        version_dir.mkdir(parents=True, exist_ok=True)
+        if spec.kind == "onnx":
+            action, metrics = _build_onnx(spec, version_dir, force, log)
+        elif spec.kind == "python":
+            action, metrics = _build_python(spec, version_dir, force, log)
+        else:
+            # Triton wants a version directory for ensembles too; keep it in git.
+            (version_dir / ".gitkeep").touch()
+            action, metrics = "skipped", {}
+        wrote = _write_config(spec, model_dir, log)
+        if action == "skipped" and not wrote:
+            action = "unchanged"
+        elapsed = time.perf_counter() - t0
+        log(f"[engines] ({i}/{len(specs)}) {spec.name}: {action} in {elapsed:.1f}s")
+        results.append(StepResult(spec.name, action, elapsed, metrics))
+    known = {s.name for s in load_specs(paths.model_specs_dir(), paths.ensemble_specs_dir())}
+    for stray in sorted(p.name for p in repository.iterdir() if p.is_dir() and p.name not in known):
+        log(f"[engines] warning: {repository / stray} has no spec; Triton will still try to load it")
+    return results

@@ -1,0 +1,135 @@
+"""Declarative model specs: one TOML file per model (build/) or pipeline (ensembles/).
+
+A spec's top-level keys are Triton `ModelConfig` fields, spelled as in model_config.proto
+(`max_batch_size`, `[[input]]`, `[dynamic_batching]`, `[[model_warmup]]`, ...). They are parsed
+into a `model_config_pb2.ModelConfig` message by protobuf itself, so a misspelt field or a bad enum
+value is caught by the schema, not by hand-written checks. hotpath's own build settings live in
+the `[hotpath]` table, which never reaches Triton.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from hotpath.errors import SpecError
+
+KINDS = ("onnx", "python", "ensemble")
+
+# hotpath-only settings a spec's [hotpath] table may hold, per kind.
+HOTPATH_KEYS = {
+    "onnx": {"kind", "exporter", "parity_atol", "opset"},
+    "python": {"kind", "python_backend", "assets"},
+    "ensemble": {"kind"},
+}
+
+
+@dataclass
+class ModelSpec:
+    """One model: its Triton config (a protobuf message) plus hotpath build settings."""
+
+    name: str
+    kind: str
+    config: mc.ModelConfig
+    hotpath: dict[str, Any] = field(default_factory=dict)
+    source: Path | None = None
+    raw: dict[str, Any] = field(default_factory=dict)
+
+    def error(self, field_name: str, message: str) -> SpecError:
+        return SpecError(self.name, field_name, message, str(self.source) if self.source else None)
+
+
+def _parameters_to_proto(params: Any, model: str, source: str | None) -> dict[str, Any]:
+    # Triton parameters are map<string, {string_value}>; specs may write plain scalars.
+    if not isinstance(params, dict):
+        raise SpecError(model, "parameters", "must be a table of key = value", source)
+    out = {}
+    for key, value in params.items():
+        if isinstance(value, dict):
+            out[key] = value
+        elif isinstance(value, bool):
+            out[key] = {"string_value": "true" if value else "false"}
+        elif isinstance(value, (str, int, float)):
+            out[key] = {"string_value": str(value)}
+        else:
+            raise SpecError(model, f"parameters.{key}", f"unsupported value {value!r}", source)
+    return out
+
+
+_FIELD_IN_ERROR = [
+    re.compile(r'has no field named "([^"]+)"'),
+    re.compile(r"Failed to parse (\w+) field"),
+    re.compile(r"Invalid enum value \S+ for enum type \S+ at \S*?(\w+(?:\.\w+)*)\b"),
+]
+
+
+def _field_from_parse_error(text: str) -> str:
+    path = re.search(r"at ([\w.\[\]]+)\.?$", text.splitlines()[0])
+    for pattern in _FIELD_IN_ERROR:
+        m = pattern.search(text)
+        if m:
+            return path.group(1) if path and path.group(1) != "ModelConfig" else m.group(1)
+    return path.group(1) if path else "?"
+
+
+def spec_from_dict(data: dict[str, Any], name: str, source: Path | None = None) -> ModelSpec:
+    """Build a ModelSpec from a parsed spec table; raises SpecError naming the field at fault."""
+    src = str(source) if source else None
+    data = copy.deepcopy(data)
+    raw = copy.deepcopy(data)
+    hp = data.pop("hotpath", {})
+    if not isinstance(hp, dict):
+        raise SpecError(name, "hotpath", "must be a table", src)
+    declared = data.setdefault("name", name)
+    if declared != name:
+        raise SpecError(name, "name", f"'{declared}' differs from the spec's file name '{name}'", src)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name):
+        raise SpecError(name, "name", "use letters, digits, '_', '-', '.' only", src)
+
+    kind = hp.get("kind") or ("ensemble" if data.get("platform") == "ensemble" else None)
+    if kind not in KINDS:
+        raise SpecError(name, "hotpath.kind", f"must be one of {', '.join(KINDS)}, got {kind!r}", src)
+    hp["kind"] = kind
+    unknown = set(hp) - HOTPATH_KEYS[kind]
+    if unknown:
+        raise SpecError(name, f"hotpath.{sorted(unknown)[0]}",
+                        f"unknown key for kind '{kind}' (known: {', '.join(sorted(HOTPATH_KEYS[kind]))})", src)
+    if "parameters" in data:
+        data["parameters"] = _parameters_to_proto(data["parameters"], name, src)
+
+    config = mc.ModelConfig()
+    try:
+        json_format.ParseDict(data, config)
+    except json_format.ParseError as exc:
+        message = str(exc).splitlines()[0]
+        raise SpecError(name, _field_from_parse_error(str(exc)), message, src) from None
+    return ModelSpec(name=name, kind=kind, config=config, hotpath=hp, source=source, raw=raw)
+
+
+def load_spec(path: Path) -> ModelSpec:
+    """Load one TOML spec file."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise SpecError(path.stem, "<toml>", f"not valid TOML: {exc}", str(path)) from None
+    return spec_from_dict(data, path.stem, path)
+
+
+def load_specs(*dirs: Path) -> list[ModelSpec]:
+    """Load every `*.toml` spec in the given folders, sorted by name; names must be unique."""
+    specs: dict[str, ModelSpec] = {}
+    for d in dirs:
+        for path in sorted(Path(d).glob("*.toml")):
+            spec = load_spec(path)
+            if spec.name in specs:
+                raise spec.error("name", f"also defined in {specs[spec.name].source}")
+            specs[spec.name] = spec
+    return [specs[k] for k in sorted(specs)]

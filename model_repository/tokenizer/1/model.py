@@ -1,0 +1,48 @@
+"""Tokenizer: BYTES text in; input_ids, attention_mask, token_type_ids out.
+
+All texts of all requests in one `execute()` go through a single `encode_batch` call, padded to the
+longest sequence of that batch (so the encoder's dynamic batcher can group them) and truncated at
+the model's max_seq_length. A request with non-UTF-8 bytes or a wrong shape gets its own error.
+"""
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from hotpath.backend_args import parameters, version_dir
+from hotpath.text import decode_utf8, encode, load_tokenizer
+
+OUTPUTS = ("input_ids", "attention_mask", "token_type_ids")
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        params = parameters(args)
+        self.tokenizer = load_tokenizer(version_dir(args) / params.get("tokenizer_file", "tokenizer.json"),
+                                        max_length=int(params["max_length"]))
+
+    def execute(self, requests):
+        texts, spans, errors = [], [], []
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
+            try:
+                if values.ndim != 2 or values.shape[1] != 1:
+                    raise ValueError(f"TEXT must have shape [batch, 1], got {list(values.shape)}")
+                batch = decode_utf8(values)
+            except ValueError as exc:
+                errors.append(pb_utils.TritonError(f"tokenizer: {exc}"))
+                spans.append(None)
+                continue
+            errors.append(None)
+            spans.append((len(texts), len(texts) + len(batch)))
+            texts.extend(batch)
+
+        encoded = encode(self.tokenizer, texts) if texts else {}
+        responses = []
+        for span, error in zip(spans, errors):
+            if error is not None:
+                responses.append(pb_utils.InferenceResponse(error=error))
+                continue
+            start, stop = span
+            responses.append(pb_utils.InferenceResponse(
+                [pb_utils.Tensor(name, np.ascontiguousarray(encoded[name][start:stop])) for name in OUTPUTS]))
+        return responses
