@@ -46,11 +46,10 @@ class SentenceEncoderExporter(Exporter):
         return [d / "model.safetensors", d / "config.json", d / "tokenizer.json"]
 
     def versions(self) -> dict[str, str]:
-        import onnx
-        import torch
-        import transformers
+        from importlib.metadata import version
 
-        return {"torch": torch.__version__, "onnx": onnx.__version__, "transformers": transformers.__version__}
+        # Read from metadata: importing torch just to learn its version costs seconds.
+        return {pkg: version(pkg) for pkg in ("torch", "onnx", "transformers", "onnxruntime")}
 
     def export(self, spec: ModelSpec, version_dir: Path, log: Log) -> ExportReport:
         import onnx

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Install what is missing: Debian packages, the .venv with pinned packages, hotpath itself.
+# Idempotent: a second run with unchanged requirement files takes about a second.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV=${VENV:-.venv}
+APT_PACKAGES=(libb64-0d)   # perf_analyzer links libb64.so.0d
+
+say() { echo "[setup] $*"; }
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  say "apt-get install ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+PYTHON=${PYTHON:-$(command -v python3.11 || command -v python3)}
+if [ ! -x "$VENV/bin/python" ]; then
+  say "creating $VENV with $($PYTHON --version)"
+  "$PYTHON" -m venv "$VENV"
+fi
+
+stamp_file="$VENV/.hotpath-setup"
+stamp=$(cat requirements.txt constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+if [ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp" ]; then
+  say "installing pinned requirements into $VENV (first run: a few minutes)"
+  "$VENV/bin/python" -m pip install -q --upgrade "pip>=24"
+  "$VENV/bin/python" -m pip install -q -r requirements.txt -c constraints.txt
+  "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
+  echo "$stamp" > "$stamp_file"
+else
+  say "$VENV is up to date"
+fi
