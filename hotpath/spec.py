@@ -63,20 +63,16 @@ def _parameters_to_proto(params: Any, model: str, source: str | None) -> dict[st
     return out
 
 
-_FIELD_IN_ERROR = [
-    re.compile(r'has no field named "([^"]+)"'),
-    re.compile(r"Failed to parse (\w+) field"),
-    re.compile(r"Invalid enum value \S+ for enum type \S+ at \S*?(\w+(?:\.\w+)*)\b"),
-]
-
-
 def _field_from_parse_error(text: str) -> str:
-    path = re.search(r"at ([\w.\[\]]+)\.?$", text.splitlines()[0])
-    for pattern in _FIELD_IN_ERROR:
-        m = pattern.search(text)
-        if m:
-            return path.group(1) if path and path.group(1) != "ModelConfig" else m.group(1)
-    return path.group(1) if path else "?"
+    # protobuf says e.g. '... has no field named "x" at "ModelConfig".' or
+    # '... Invalid enum value X for enum type inference.DataType at ModelConfig.input[0].data_type.'
+    first = text.splitlines()[0]
+    at = re.search(r'at "?([\w.\[\]]+?)"?\.*$', first)
+    path = at.group(1).removeprefix("ModelConfig").strip(".") if at else ""
+    named = re.search(r'has no field named "([^"]+)"', first)
+    if named:
+        return f"{path}.{named.group(1)}" if path else named.group(1)
+    return path or "?"
 
 
 def spec_from_dict(data: dict[str, Any], name: str, source: Path | None = None) -> ModelSpec:

@@ -1,0 +1,63 @@
+"""`hotpath engines` is incremental: unchanged inputs do no export work; real changes do."""
+
+import shutil
+
+import onnx
+import pytest
+
+from hotpath import paths
+from hotpath.engines import build_repository
+from hotpath.errors import SpecError
+
+
+@pytest.fixture()
+def workspace(tmp_path, monkeypatch):
+    specs = tmp_path / "build"
+    shutil.copytree(paths.model_specs_dir(), specs)
+    monkeypatch.setenv("HOTPATH_BUILD_DIR", str(specs))
+    return tmp_path / "repo", specs
+
+
+def _actions(results):
+    return {r.model: r.action for r in results}
+
+
+def test_second_run_skips_and_only_export_inputs_trigger_a_rebuild(workspace):
+    repo, specs = workspace
+    log = []
+    first = _actions(build_repository(repo, log=log.append))
+    assert first == {"text_encoder": "built", "tokenizer": "built", "text_embedding": "skipped"}
+    onnx_path = repo / "text_encoder" / "1" / "model.onnx"
+    onnx.checker.check_model(str(onnx_path))
+    assert any("max abs diff" in m for m in log)
+    mtime = onnx_path.stat().st_mtime_ns
+
+    log.clear()
+    second = _actions(build_repository(repo, log=log.append))
+    assert set(second.values()) == {"unchanged"}
+    assert any("skip export" in m for m in log)
+    assert onnx_path.stat().st_mtime_ns == mtime
+
+    # A batching change rewrites the config but does not re-export.
+    spec = specs / "text_encoder.toml"
+    spec.write_text(spec.read_text().replace("max_queue_delay_microseconds = 1000",
+                                             "max_queue_delay_microseconds = 2000"))
+    third = _actions(build_repository(repo, log=log.append))
+    assert third["text_encoder"] == "skipped"
+    assert "max_queue_delay_microseconds: 2000" in (repo / "text_encoder" / "config.pbtxt").read_text()
+    assert onnx_path.stat().st_mtime_ns == mtime
+
+    # An export setting change re-exports.
+    spec.write_text(spec.read_text().replace("parity_atol = 1e-4", "parity_atol = 2e-4"))
+    fourth = _actions(build_repository(repo, only=["text_encoder"], log=log.append))
+    assert fourth == {"text_encoder": "built"}
+    assert onnx_path.stat().st_mtime_ns != mtime
+
+
+def test_broken_spec_fails_before_any_work(workspace):
+    repo, specs = workspace
+    spec = specs / "tokenizer.toml"
+    spec.write_text(spec.read_text().replace('data_type = "TYPE_STRING"', 'data_type = "TYPE_TEXT"'))
+    with pytest.raises(SpecError, match=r"model 'tokenizer', field 'input\[0\].data_type'"):
+        build_repository(repo, log=lambda m: None)
+    assert not repo.exists()
