@@ -13,15 +13,24 @@ import numpy as np
 from tokenizers import Tokenizer
 
 
-def load_tokenizer(path: Path | str, max_length: int) -> Tokenizer:
-    """Load a HF fast tokenizer, truncating at `max_length` tokens and padding to the batch's longest."""
+def load_tokenizer(path: Path | str, max_length: int, pad_to_multiple_of: int | None = None) -> Tokenizer:
+    """Load a HF fast tokenizer, truncating at `max_length` tokens and padding to the batch's longest.
+
+    With `pad_to_multiple_of`, the padded length is rounded up to a multiple of it. Triton's dynamic
+    batcher only groups requests of equal shape, so bucketed lengths let the encoder batch requests
+    that the tokenizer saw in different executions; without buckets almost every request has its
+    own length and the encoder runs them one by one.
+    """
+    if pad_to_multiple_of and max_length % pad_to_multiple_of:
+        raise ValueError(f"max_length {max_length} must be a multiple of pad_to_multiple_of {pad_to_multiple_of}")
     tok = Tokenizer.from_file(str(path))
     # The shipped tokenizer.json forces fixed padding/truncation at 128; replace both.
     tok.no_padding()
     tok.no_truncation()
     tok.enable_truncation(max_length=max_length)
     pad_id = tok.token_to_id("[PAD]")
-    tok.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token="[PAD]")
+    tok.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token="[PAD]",
+                       pad_to_multiple_of=pad_to_multiple_of or None)
     return tok
 
 

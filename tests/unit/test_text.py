@@ -47,3 +47,15 @@ def test_decode_utf8_names_the_bad_item():
     bad = np.array([b"ok", b"\xff\xfe"], dtype=object).reshape(-1, 1)
     with pytest.raises(ValueError, match=r"TEXT\[1\] is not valid UTF-8"):
         decode_utf8(bad)
+
+
+def test_pad_to_multiple_of_buckets_lengths():
+    tok16 = load_tokenizer(minilm_dir() / "tokenizer.json", max_length=256, pad_to_multiple_of=16)
+    for text in ["a", "a " * 15, "a " * 40, "a " * 1000]:
+        length = encode(tok16, [text])["input_ids"].shape[1]
+        assert length % 16 == 0 and length <= 256
+
+
+def test_pad_multiple_must_divide_max_length():
+    with pytest.raises(ValueError, match="multiple"):
+        load_tokenizer(minilm_dir() / "tokenizer.json", max_length=256, pad_to_multiple_of=48)

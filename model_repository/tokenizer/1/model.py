@@ -1,8 +1,9 @@
 """Tokenizer: BYTES text in; input_ids, attention_mask, token_type_ids out.
 
 All texts of all requests in one `execute()` go through a single `encode_batch` call, padded to the
-longest sequence of that batch (so the encoder's dynamic batcher can group them) and truncated at
-the model's max_seq_length. A request with non-UTF-8 bytes or a wrong shape gets its own error.
+longest sequence of that batch rounded up to `pad_to_multiple_of` (so the encoder's dynamic
+batcher can group requests tokenized in different executions) and truncated at the model's
+max_seq_length. A request with non-UTF-8 bytes or a wrong shape gets its own error.
 """
 
 import numpy as np
@@ -18,7 +19,8 @@ class TritonPythonModel:
     def initialize(self, args):
         params = parameters(args)
         self.tokenizer = load_tokenizer(version_dir(args) / params.get("tokenizer_file", "tokenizer.json"),
-                                        max_length=int(params["max_length"]))
+                                        max_length=int(params["max_length"]),
+                                        pad_to_multiple_of=int(params.get("pad_to_multiple_of", 0)) or None)
 
     def execute(self, requests):
         texts, spans, errors = [], [], []
