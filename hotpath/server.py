@@ -197,8 +197,11 @@ class LocalTriton:
         return env
 
     def start(self, timeout: float = 180.0) -> "LocalTriton":
-        if not self.repository.is_dir():
-            raise ServerError(f"model repository {self.repository} does not exist; run `hotpath engines`")
+        from hotpath.preflight import check_repository
+
+        problems = check_repository(self.repository)
+        if problems:
+            raise ServerError(f"model repository {self.repository} is not ready:\n  " + "\n  ".join(problems))
         for name, port in vars(self.ports).items():
             if not port_is_free(port):
                 raise ServerError(f"{name} port {port} is in use; pass --{name}-port or set "

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import copy
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+try:
+    import tomllib
+except ImportError:  # Python 3.10 (the NGC Triton container's interpreter)
+    import tomli as tomllib
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
