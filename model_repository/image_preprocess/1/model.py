@@ -1,0 +1,42 @@
+"""Image preprocess: encoded image bytes (JPEG, PNG, WebP) in, uint8 [224, 224, 3] RGB out.
+
+Each image is decoded on its own (decoding is per image by nature); the outputs of all requests of
+one `execute()` go to the classifier together through Triton's dynamic batcher. A corrupt,
+truncated, empty, non-image or oversized input fails its own request only.
+"""
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+from hotpath.backend_args import parameters
+from hotpath.images import ImageInputError, PreprocessOptions, preprocess
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        p = parameters(args)
+        self.options = PreprocessOptions(
+            resize_shorter=int(p.get("resize_shorter", 256)),
+            crop=int(p.get("crop", 224)),
+            max_pixels=int(p.get("max_pixels", 40_000_000)),
+            max_bytes=int(p.get("max_bytes", 20 * 1024 * 1024)),
+            fast_jpeg=p.get("fast_jpeg", "true").lower() in ("1", "true"),
+        )
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "IMAGE").as_numpy().reshape(-1)
+            try:
+                pixels = np.stack([self._one(i, v) for i, v in enumerate(values)])
+            except ImageInputError as exc:
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"image_preprocess: {exc}")))
+                continue
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("PIXELS", pixels)]))
+        return responses
+
+    def _one(self, index, value):
+        try:
+            return preprocess(bytes(value), self.options)
+        except ImageInputError as exc:
+            raise ImageInputError(f"IMAGE[{index}]: {exc}") from None
