@@ -1,0 +1,82 @@
+"""hotpath.images: decode, convert, orient, resize+crop, and refuse bad input (no Triton)."""
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from hotpath.images import ImageInputError, PreprocessOptions, decode, preprocess, resize_crop
+from tests.imagegen import bad_inputs, encode, exif_rotated_jpeg, photo, variants
+
+
+@pytest.mark.parametrize("name,data", list(variants().items()), ids=list(variants()))
+def test_every_variant_becomes_224_rgb_uint8(name, data):
+    out = preprocess(data)
+    assert out.shape == (224, 224, 3) and out.dtype == np.uint8
+    assert out.std() > 1.0, "image came out flat"
+
+
+def test_grayscale_becomes_three_equal_channels():
+    out = preprocess(encode(photo("camera"), "PNG"))
+    assert np.array_equal(out[..., 0], out[..., 1]) and np.array_equal(out[..., 1], out[..., 2])
+
+
+def test_alpha_is_composited_over_white():
+    img = Image.new("RGBA", (300, 300), (255, 0, 0, 255))
+    img.paste((0, 0, 0, 0), (0, 0, 300, 150))  # top half fully transparent (black underneath)
+    out = preprocess(encode(img, "PNG"))
+    assert (out[5, 112] == [255, 255, 255]).all() and (out[220, 112] == [255, 0, 0]).all()
+
+
+def test_palette_with_transparency_is_composited_too():
+    img = Image.new("P", (300, 300), 1)
+    img.putpalette([0, 0, 0, 0, 200, 0] + [0] * 762)
+    img.paste(0, (0, 0, 300, 150))
+    img.info["transparency"] = 0
+    out = preprocess(encode(img, "PNG", transparency=0))
+    assert (out[5, 112] == [255, 255, 255]).all() and (out[220, 112] == [0, 200, 0]).all()
+
+
+def test_cmyk_jpeg_matches_the_rgb_original():
+    coffee = photo("coffee")
+    rgb = preprocess(encode(coffee, "PNG")).astype(float)
+    cmyk = preprocess(encode(coffee.convert("CMYK"), "JPEG", quality=95)).astype(float)
+    assert np.abs(rgb - cmyk).mean() < 6.0
+
+
+def test_exif_orientation_is_applied():
+    chelsea = photo("chelsea")  # 451 x 300, landscape
+    img = decode(exif_rotated_jpeg(chelsea), PreprocessOptions(fast_jpeg=False))
+    assert img.size == chelsea.size
+    upright = np.asarray(decode(encode(chelsea, "JPEG", quality=95), PreprocessOptions(fast_jpeg=False)), float)
+    assert np.abs(np.asarray(img, float) - upright).mean() < 3.0
+
+
+def test_resize_crop_equals_resize_then_center_crop():
+    img = photo("astronaut").resize((640, 400))
+    ours = resize_crop(img).astype(float)
+    big = img.resize((410, 256), Image.Resampling.BILINEAR)  # 640 * 256 / 400 = 409.6
+    left, top = (410 - 224) // 2, (256 - 224) // 2
+    classic = np.asarray(big.crop((left, top, left + 224, top + 224)), float)
+    assert np.abs(ours - classic).mean() < 4.0  # same up to sub-pixel crop alignment
+
+
+def test_fast_jpeg_decode_is_close_to_full_decode():
+    data = encode(photo("retina").resize((2800, 2800)), "JPEG", quality=90)
+    fast = preprocess(data, PreprocessOptions(fast_jpeg=True)).astype(float)
+    full = preprocess(data, PreprocessOptions(fast_jpeg=False)).astype(float)
+    assert np.abs(fast - full).mean() < 1.5
+
+
+@pytest.mark.parametrize("name", list(bad_inputs()))
+def test_bad_input_raises_a_clear_error(name):
+    data, fragment = bad_inputs()[name]
+    with pytest.raises(ImageInputError, match=fragment):
+        preprocess(data)
+
+
+def test_limits_are_configurable():
+    data = encode(photo("chelsea"), "PNG")
+    with pytest.raises(ImageInputError, match="pixels, over the limit of 1000"):
+        preprocess(data, PreprocessOptions(max_pixels=1000))
+    with pytest.raises(ImageInputError, match="bytes, over the limit of 100"):
+        preprocess(data, PreprocessOptions(max_bytes=100))
