@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -72,6 +73,34 @@ def cmd_classify(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+@contextlib.contextmanager
+def _server(url: str | None, model_control: str = "explicit"):
+    """An existing server at `url`, or a local one on free ports for the duration."""
+    if url:
+        yield url
+        return
+    from hotpath.server import LocalTriton, ServerPorts, free_ports
+
+    http, grpc, metrics = free_ports(3)
+    with LocalTriton(ports=ServerPorts(http, grpc, metrics), model_control=model_control) as server:
+        yield server.grpc_url
+
+
+def cmd_perf_check(args: argparse.Namespace) -> int:
+    from hotpath.perf.check import check, format_table
+    from hotpath.perf.slo import load_slos
+
+    slos = load_slos(args.profile)
+    selected = [slos[e] for e in (args.endpoint or sorted(slos))]
+    with _server(args.url) as url:
+        rows = check(url, selected)
+    print(format_table(rows))
+    missed = [r.slo.endpoint for r in rows if not r.ok]
+    if missed:
+        print(f"[perf-check] MISSED p95 target: {', '.join(missed)}", file=sys.stderr)
+    return 1 if missed else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hotpath", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -104,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--url", default=os.environ.get("HOTPATH_GRPC_URL", "localhost:8001"))
     p.add_argument("--model", default="image_classification")
     p.set_defaults(func=cmd_classify)
+
+    p = sub.add_parser("perf-check", help="fail when an endpoint misses its p95 target at its declared load")
+    p.add_argument("--profile", default=os.environ.get("HOTPATH_PERF_PROFILE", "cpu"))
+    p.add_argument("--endpoint", action="append", help="check only this endpoint (repeatable)")
+    p.add_argument("--url", default=None, help="use a running server instead of starting one")
+    p.set_defaults(func=cmd_perf_check)
     return parser
 
 

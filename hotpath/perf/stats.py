@@ -1,0 +1,56 @@
+"""Server-side time per model from Triton's statistics extension, as deltas over a measurement.
+
+perf_analyzer's CSV aggregates an ensemble into one row; the statistics API has every composing
+model, so the difference of two snapshots gives the per-step breakdown of exactly one run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tritonclient.grpc as grpcclient
+
+PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
+def snapshot(url: str) -> dict[str, dict[str, Any]]:
+    """Cumulative statistics of every model, by model name."""
+    with grpcclient.InferenceServerClient(url) as client:
+        stats = client.get_inference_statistics(as_json=True).get("model_stats", [])
+    out = {}
+    for s in stats:
+        inf = s.get("inference_stats", {})
+        out[s["name"]] = {
+            "inference_count": int(s.get("inference_count", 0)),
+            "execution_count": int(s.get("execution_count", 0)),
+            "success_count": int(inf.get("success", {}).get("count", 0)),
+            **{f"{p}_ns": int(inf.get(p, {}).get("ns", 0)) for p in PHASES},
+        }
+    return out
+
+
+def breakdown(before: dict, after: dict, models: list[str]) -> dict[str, dict[str, float]]:
+    """Per model: requests, executions, average batch, and average us per request in each phase."""
+    result = {}
+    for m in models:
+        a, b = after.get(m), before.get(m, {})
+        if not a:
+            continue
+        d = {k: a[k] - b.get(k, 0) for k in a}
+        n = d["success_count"]
+        if n <= 0:
+            continue
+        result[m] = {
+            "requests": n,
+            "executions": d["execution_count"],
+            "avg_batch": d["inference_count"] / d["execution_count"] if d["execution_count"] else 0.0,
+            **{f"{p}_us": d[f"{p}_ns"] / n / 1e3 for p in PHASES},
+        }
+    return result
+
+
+def bottleneck(steps: dict[str, dict[str, float]]) -> str | None:
+    """The step with the most server time per request (queue plus compute)."""
+    if not steps:
+        return None
+    return max(steps, key=lambda m: sum(steps[m][f"{p}_us"] for p in PHASES))
