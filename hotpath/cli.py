@@ -101,6 +101,27 @@ def cmd_perf_check(args: argparse.Namespace) -> int:
     return 1 if missed else 0
 
 
+def cmd_tune(args: argparse.Namespace) -> int:
+    from hotpath.engines import build_repository
+    from hotpath.perf.slo import load_slos
+    from hotpath.perf.spec_writer import write_back
+    from hotpath.perf.tune_run import run_tune
+
+    slos = load_slos(args.profile)
+    if args.endpoint not in slos:
+        raise HotpathError(f"no SLO for endpoint '{args.endpoint}' in profile '{args.profile}'")
+    with _server(args.url) as url:
+        best, trials, record = run_tune(url, slos[args.endpoint], args.max_trials)
+    if args.no_write:
+        return 0
+    for model, knobs in best.state.items():
+        for change in write_back(model, knobs):
+            print(f"[tune] build/{model}.toml: {change}")
+    build_repository(log=lambda m: None)
+    print("[tune] specs updated and config.pbtxt files regenerated")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hotpath", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -139,6 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoint", action="append", help="check only this endpoint (repeatable)")
     p.add_argument("--url", default=None, help="use a running server instead of starting one")
     p.set_defaults(func=cmd_perf_check)
+
+    p = sub.add_parser("tune", help="tune an endpoint's models against its p95 target; write the winner into specs")
+    p.add_argument("endpoint")
+    p.add_argument("--profile", default=os.environ.get("HOTPATH_PERF_PROFILE", "cpu"))
+    p.add_argument("--max-trials", type=int, default=12)
+    p.add_argument("--url", default=None, help="use a running server (started with explicit model control)")
+    p.add_argument("--no-write", action="store_true", help="measure only; leave the specs alone")
+    p.set_defaults(func=cmd_tune)
     return parser
 
 

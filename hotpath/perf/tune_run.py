@@ -1,0 +1,62 @@
+"""`hotpath tune ENDPOINT`: tune the endpoint's step models on a live server, record every trial."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import tritonclient.grpc as grpcclient
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2 as mc
+
+from hotpath import paths
+from hotpath.perf.analyzer import Measurement
+from hotpath.perf.measure import endpoint_steps, measure
+from hotpath.perf.search_space import apply_knobs, read_knobs
+from hotpath.perf.slo import Slo
+from hotpath.perf.tuner import State, Trial, tune
+
+
+def served_config(client: grpcclient.InferenceServerClient, model: str) -> mc.ModelConfig:
+    """The config the server runs now (for the local server: the staged substitute)."""
+    return json_format.ParseDict(client.get_model_config(model, as_json=True)["config"], mc.ModelConfig(),
+                                 ignore_unknown_fields=True)
+
+
+def runs_dir() -> Path:
+    d = paths.ROOT / "perf" / "runs"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def run_tune(url: str, slo: Slo, max_trials: int = 12, measurement: Measurement = Measurement(),
+             log=print) -> tuple[Trial, list[Trial], Path]:
+    """Tune every step of `slo.endpoint` at its declared load; returns (best, trials, trial log path)."""
+    client = grpcclient.InferenceServerClient(url)
+    models = endpoint_steps(slo.endpoint)
+    base = {m: served_config(client, m) for m in models}
+    loaded: State = {m: read_knobs(c) for m, c in base.items()}
+    record = runs_dir() / f"tune-{slo.endpoint}-{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
+
+    def evaluate(state: State, change: str) -> Trial:
+        for m, knobs in state.items():
+            if knobs != loaded[m]:
+                config = apply_knobs(base[m], knobs)
+                client.load_model(m, config=json_format.MessageToJson(config, preserving_proto_field_name=True))
+                loaded[m] = dict(knobs)
+        point = measure(url, slo.endpoint, "concurrency", slo.concurrency, slo.input_data, measurement)
+        trial = Trial(0, {m: dict(k) for m, k in state.items()}, point.p95_ms, point.p50_ms, point.throughput,
+                      point.steps, change)
+        with open(record, "a") as f:
+            f.write(json.dumps(trial.to_dict()) + "\n")
+        return trial
+
+    log(f"[tune] {slo.endpoint}: steps {', '.join(models)}; target p95 <= {slo.p95_ms:g} ms at concurrency "
+        f"{slo.concurrency}; budget {max_trials} trials; log {record}")
+    t0 = time.perf_counter()
+    best, trials = tune(base, evaluate, slo.p95_ms, max_trials, log)
+    evaluate(best.state, "restore best")  # leave the server running the winner
+    log(f"[tune] {len(trials)} trials in {time.perf_counter() - t0:.0f}s; best: trial {best.number} "
+        f"p95 {best.p95_ms:.1f} ms, {best.throughput:.1f}/s")
+    return best, trials, record
