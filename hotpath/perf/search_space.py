@@ -52,7 +52,9 @@ def read_knobs(config: mc.ModelConfig) -> dict[str, Any]:
     if config.max_batch_size > 0:
         db = config.dynamic_batching
         values["max_queue_delay_microseconds"] = int(db.max_queue_delay_microseconds)
-        values["preferred_batch_size"] = tuple(db.preferred_batch_size)
+        preferred = tuple(db.preferred_batch_size)
+        # Triton reports an unset preferred size as [max_batch_size]; both mean "no preference".
+        values["preferred_batch_size"] = () if preferred == (config.max_batch_size,) else preferred
     if "intra_op_thread_count" in config.parameters:
         values["intra_op_thread_count"] = int(config.parameters["intra_op_thread_count"].string_value or 0)
     return values

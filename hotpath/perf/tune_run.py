@@ -48,14 +48,17 @@ def run_tune(url: str, slo: Slo, max_trials: int = 12, measurement: Measurement 
         point = measure(url, slo.endpoint, "concurrency", slo.concurrency, slo.input_data, measurement)
         trial = Trial(0, {m: dict(k) for m, k in state.items()}, point.p95_ms, point.p50_ms, point.throughput,
                       point.steps, change)
-        with open(record, "a") as f:
-            f.write(json.dumps(trial.to_dict()) + "\n")
+        if change != "restore best":
+            with open(record, "a") as f:
+                f.write(json.dumps(trial.to_dict()) + "\n")
         return trial
 
     log(f"[tune] {slo.endpoint}: steps {', '.join(models)}; target p95 <= {slo.p95_ms:g} ms at concurrency "
         f"{slo.concurrency}; budget {max_trials} trials; log {record}")
     t0 = time.perf_counter()
     best, trials = tune(base, evaluate, slo.p95_ms, max_trials, log)
+    # Rewrite the log with final numbering and acceptance (lines were appended as measured).
+    record.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in trials))
     evaluate(best.state, "restore best")  # leave the server running the winner
     log(f"[tune] {len(trials)} trials in {time.perf_counter() - t0:.0f}s; best: trial {best.number} "
         f"p95 {best.p95_ms:.1f} ms, {best.throughput:.1f}/s")
