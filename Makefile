@@ -5,12 +5,16 @@ HOTPATH   := $(VENV)/bin/hotpath
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup engines serve test test-unit clean help
+.PHONY: setup engines serve test test-unit perf perf-quick perf-compare perf-check tune clean help
 
 help:
 	@echo "make serve   set up, build the model repository, start Triton, show a real request"
 	@echo "make test    set up, then run the unit and integration tests (real tritonserver)"
 	@echo "make engines export models and write config.pbtxt files (incremental)"
+	@echo "make perf    perf_analyzer sweeps of every endpoint -> perf/reports/perf.md (PERF_ARGS=--quick)"
+	@echo "make perf-compare  the same, side by side with the alternatives -> perf/reports/compare.md"
+	@echo "make perf-check    fail when an endpoint misses its p95 target (perf/slo.toml)"
+	@echo "make tune ENDPOINT=text_embedding  tune an endpoint, write the winner into build/*.toml"
 
 setup:
 	@bash scripts/setup.sh
@@ -26,6 +30,22 @@ test: setup
 
 test-unit: setup
 	@$(PY) -m pytest -q tests/unit
+
+perf: engines
+	@$(HOTPATH) perf $(PERF_ARGS)
+
+perf-quick: engines
+	@$(HOTPATH) perf --quick
+
+perf-compare: engines
+	@$(HOTPATH) perf --compare $(PERF_ARGS)
+
+perf-check: engines
+	@$(HOTPATH) perf-check
+
+ENDPOINT ?= text_embedding
+tune: engines
+	@$(HOTPATH) tune $(ENDPOINT)
 
 clean:
 	rm -rf .hotpath model_repository/*/[0-9]*/*.onnx model_repository/*/[0-9]*/*.json model_repository/*/[0-9]*/.hotpath-build.json

@@ -122,6 +122,17 @@ def cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_perf(args: argparse.Namespace) -> int:
+    from hotpath.perf.perf_run import run_perf
+    from hotpath.perf.slo import load_slos
+
+    slos = load_slos(args.profile)
+    endpoints = args.endpoint or sorted(slos)
+    with _server(args.url) as url:
+        run_perf(url, slos, endpoints, quick=args.quick, compare=args.compare, name=args.name)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hotpath", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -154,6 +165,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--url", default=os.environ.get("HOTPATH_GRPC_URL", "localhost:8001"))
     p.add_argument("--model", default="image_classification")
     p.set_defaults(func=cmd_classify)
+
+    p = sub.add_parser("perf", help="perf_analyzer sweeps of every endpoint and its steps; report in perf/reports/")
+    p.add_argument("--profile", default=os.environ.get("HOTPATH_PERF_PROFILE", "cpu"))
+    p.add_argument("--endpoint", action="append", help="sweep only this endpoint (repeatable)")
+    p.add_argument("--quick", action="store_true", help="smoke: two load points per endpoint, short windows")
+    p.add_argument("--compare", action="store_true",
+                   help="also measure the alternatives: default config, FastAPI, PyTriton, Model Analyzer, floor")
+    p.add_argument("--name", default=None, help="report name (default: perf, perf-quick or compare)")
+    p.add_argument("--url", default=None)
+    p.set_defaults(func=cmd_perf)
 
     p = sub.add_parser("perf-check", help="fail when an endpoint misses its p95 target at its declared load")
     p.add_argument("--profile", default=os.environ.get("HOTPATH_PERF_PROFILE", "cpu"))

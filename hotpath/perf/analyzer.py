@@ -83,8 +83,30 @@ class Measurement:
 
 def run(model: str, url: str, load_kind: str, load: float, input_data: Path | None = None,
         protocol: str = "grpc", measurement: Measurement = Measurement(), extra: list[str] | None = None,
-        timeout_s: float = 300) -> PerfPoint:
-    """Measure one load point of `model` with perf_analyzer; raises HotpathError with its output on failure."""
+        timeout_s: float = 300, retries: int = 2) -> PerfPoint:
+    """Measure one load point of `model` with perf_analyzer; raises HotpathError with its output on failure.
+
+    On a busy 2-core host perf_analyzer's stability check sometimes fails; then the point is
+    measured again with a window twice as long and a looser stability bound.
+    """
+    for attempt in range(retries + 1):
+        try:
+            return _run_once(model, url, load_kind, load, input_data, protocol, measurement, extra, timeout_s)
+        except _Unstable as exc:
+            if attempt == retries:
+                raise HotpathError(str(exc)) from None
+            measurement = Measurement(measurement.interval_ms * 2, min(measurement.stability_pct + 25, 100),
+                                      measurement.max_trials)
+            print(f"[perf] {model} {load_kind} {load:g}: unstable, retrying with a {measurement.interval_ms} ms "
+                  f"window", flush=True)
+    raise AssertionError("unreachable")
+
+
+class _Unstable(Exception):
+    pass
+
+
+def _run_once(model, url, load_kind, load, input_data, protocol, measurement, extra, timeout_s) -> PerfPoint:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "out.csv"
         flag = "--concurrency-range" if load_kind == "concurrency" else "--request-rate-range"
@@ -95,5 +117,7 @@ def run(model: str, url: str, load_kind: str, load: float, input_data: Path | No
         proc = subprocess.run(cmd, env=perf_analyzer_env(), capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0 or not out.exists():
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
+            if "stable measurement" in tail:
+                raise _Unstable(f"perf_analyzer found no stable measurement of {model} at {load_kind} {load:g}")
             raise HotpathError(f"perf_analyzer failed on {model} at {load_kind} {load:g}:\n{tail}")
         return parse_csv(out.read_text(), model, load_kind)[0]
