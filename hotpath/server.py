@@ -74,6 +74,18 @@ class TritonInstall:
         return self.root / "python_backend_stubs" / version / "triton_python_backend_stub"
 
 
+def server_environment(install: TritonInstall | None = None) -> dict[str, str]:
+    """Environment for a tritonserver process whose Python stubs run this interpreter."""
+    env = dict(os.environ)
+    # The stub runs the first `python3` on PATH: make it this interpreter's environment.
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    libdir = sysconfig.get_config_var("LIBDIR")
+    libs = str((install or TritonInstall.find()).libs)
+    # LIBDIR must come first, or the stub may load the system libpython against this stdlib.
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (libdir, libs, env.get("LD_LIBRARY_PATH", "")) if p)
+    return env
+
+
 def prepare_backend_dir(install: TritonInstall, target: Path) -> Path:
     """A backend directory holding the Python backend plus the stub for this interpreter."""
     python_dir = target / "python"
@@ -186,16 +198,6 @@ class LocalTriton:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.ports.metrics}/metrics"
 
-    def _environment(self, install: TritonInstall) -> dict[str, str]:
-        env = dict(os.environ)
-        # The stub runs the first `python3` on PATH: make it this interpreter's environment.
-        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-        libdir = sysconfig.get_config_var("LIBDIR")
-        # LIBDIR must come first, or the stub may load the system libpython against this stdlib.
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(
-            p for p in (libdir, str(install.libs), env.get("LD_LIBRARY_PATH", "")) if p)
-        return env
-
     def start(self, timeout: float = 180.0) -> "LocalTriton":
         from hotpath.preflight import check_repository
 
@@ -224,7 +226,7 @@ class LocalTriton:
         self.log(f"[serve] starting tritonserver with {len(models)} model(s); log: {self.log_path}")
         with open(self.log_path, "wb") as logfile:
             self.process = subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT,
-                                            env=self._environment(install), start_new_session=True)
+                                            env=server_environment(install), start_new_session=True)
         self.wait_ready(timeout)
         return self
 
