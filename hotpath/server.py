@@ -175,12 +175,15 @@ class LocalTriton:
 
     def __init__(self, repository: Path | None = None, ports: ServerPorts | None = None,
                  ort_threads: int | None = None, model_control: str = "none",
-                 extra_args: list[str] | None = None, log: Log = _print):
+                 extra_args: list[str] | None = None, cache_bytes: int | None = None, log: Log = _print):
         self.repository = Path(repository or paths.model_repository())
         self.ports = ports or ServerPorts()
         self.ort_threads = ort_threads
         self.model_control = model_control
         self.extra_args = extra_args or []
+        # Response cache for models whose config enables it (local cache implementation).
+        self.cache_bytes = cache_bytes if cache_bytes is not None else int(
+            os.environ.get("HOTPATH_CACHE_BYTES", 64 * 1024 * 1024))
         self.log = log
         self.process: subprocess.Popen | None = None
         self.log_path: Path | None = None
@@ -221,6 +224,8 @@ class LocalTriton:
                f"--grpc-port={self.ports.grpc}", f"--metrics-port={self.ports.metrics}",
                "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
                f"--model-control-mode={self.model_control}", "--log-info=true", *self.extra_args]
+        if self.cache_bytes:
+            cmd.append(f"--cache-config=local,size={self.cache_bytes}")
         if self.model_control == "explicit":
             cmd.append("--load-model=*")
         self.log(f"[serve] starting tritonserver with {len(models)} model(s); log: {self.log_path}")

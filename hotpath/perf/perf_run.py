@@ -38,6 +38,10 @@ def run_perf(url: str, slos: dict[str, Slo], endpoints: list[str], quick: bool =
             points, section = compare_endpoint(url, slo, plan, log=log)
             results[endpoint] += points
             sections += section
+            if endpoint == "text_embedding":
+                from hotpath.perf.cache import measure_cache
+
+                sections += measure_cache(url, endpoint, log=log)
     elapsed = time.perf_counter() - t0
     run_dir = paths.ROOT / "perf" / "runs" / time.strftime("%Y%m%dT%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)

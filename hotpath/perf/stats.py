@@ -25,6 +25,8 @@ def snapshot(url: str) -> dict[str, dict[str, Any]]:
             "execution_count": int(s.get("execution_count", 0)),
             "success_count": int(inf.get("success", {}).get("count", 0)),
             **{f"{p}_ns": int(inf.get(p, {}).get("ns", 0)) for p in PHASES},
+            **{f"{c}_count": int(inf.get(c, {}).get("count", 0)) for c in ("cache_hit", "cache_miss")},
+            **{f"{c}_ns": int(inf.get(c, {}).get("ns", 0)) for c in ("cache_hit", "cache_miss")},
         }
     return out
 
@@ -40,8 +42,10 @@ def breakdown(before: dict, after: dict, models: list[str]) -> dict[str, dict[st
         n = d["success_count"]
         if n <= 0:
             continue
+        lookups = d.get("cache_hit_count", 0) + d.get("cache_miss_count", 0)
         result[m] = {
             "requests": n,
+            "cache_hit_rate": d.get("cache_hit_count", 0) / lookups if lookups else 0.0,
             "executions": d["execution_count"],
             "avg_batch": d["inference_count"] / d["execution_count"] if d["execution_count"] else 0.0,
             **{f"{p}_us": d[f"{p}_ns"] / n / 1e3 for p in PHASES},

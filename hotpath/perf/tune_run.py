@@ -60,6 +60,28 @@ def run_tune(url: str, slo: Slo, max_trials: int = 12, measurement: Measurement 
     # Rewrite the log with final numbering and acceptance (lines were appended as measured).
     record.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in trials))
     evaluate(best.state, "restore best")  # leave the server running the winner
-    log(f"[tune] {len(trials)} trials in {time.perf_counter() - t0:.0f}s; best: trial {best.number} "
+    elapsed = time.perf_counter() - t0
+    log(f"[tune] {len(trials)} trials in {elapsed:.0f}s; best: trial {best.number} "
         f"p95 {best.p95_ms:.1f} ms, {best.throughput:.1f}/s")
+    write_summary(slo, best, trials, elapsed)
     return best, trials, record
+
+
+def write_summary(slo: Slo, best: Trial, trials: list[Trial], seconds: float) -> Path:
+    """perf/reports/tune-<endpoint>.md: every trial, the winner, the search cost."""
+    lines = [f"# tune: {slo.endpoint}", "",
+             f"`hotpath tune {slo.endpoint}`: {len(trials)} trials in {seconds:.0f} s, target p95 <= {slo.p95_ms:g} ms "
+             f"at concurrency {slo.concurrency}. Coordinate descent on the bottleneck step (hotpath/perf/tuner.py).",
+             "", "| # | change | p50 ms | p95 ms | infer/s | bottleneck step | kept |", "|---|---|---|---|---|---|---|"]
+    for t in trials:
+        steps = {m: s for m, s in t.steps.items() if m != slo.endpoint}
+        worst = max(steps, key=lambda m: steps[m]["queue_us"] + steps[m]["compute_infer_us"]) if steps else "-"
+        lines.append(f"| {t.number} | {t.change} | {t.p50_ms:.1f} | {t.p95_ms:.1f} | {t.throughput:.1f} | {worst} "
+                     f"| {'yes' if t.accepted else ''} |")
+    lines += ["", f"Winner: trial {best.number}: " + "; ".join(
+        f"{m}: " + ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in kn.items())
+        for m, kn in best.state.items()), ""]
+    path = paths.ROOT / "perf" / "reports" / f"tune-{slo.endpoint}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines))
+    return path

@@ -119,3 +119,22 @@ def test_write_back_refuses_an_invalid_result(spec_dir):
     with pytest.raises(SpecError, match="preferred_batch_size"):
         write_back("text_encoder", {"preferred_batch_size": (64,)}, spec_dir)
     assert (spec_dir / "text_encoder.toml").read_text() == before
+
+
+def test_default_config_drops_batching_and_extra_instances():
+    from hotpath.perf.compare import default_config
+
+    encoder = read_config(paths.model_repository() / "text_encoder")
+    encoder.instance_group[0].count = 3
+    plain = default_config(encoder)
+    assert not plain.HasField("dynamic_batching") and plain.instance_group[0].count == 1
+
+
+def test_cache_payloads_are_unique_or_skewed():
+    from hotpath.perf.cache import unique_texts, zipf_texts
+
+    texts = unique_texts(500)
+    assert len(set(texts)) == 500
+    zipf = zipf_texts(1000, distinct=50)
+    counts = sorted((zipf.count(t) for t in set(zipf)), reverse=True)
+    assert len(set(zipf)) <= 50 and counts[0] > 5 * counts[len(counts) // 2]

@@ -1,0 +1,20 @@
+"""One short real sweep point through the whole perf pipeline (perf_analyzer + statistics)."""
+
+from hotpath.perf.analyzer import Measurement
+from hotpath.perf.measure import measure
+from hotpath.perf.payloads import payload_for
+
+
+def test_one_real_sweep_point(grpc_url):
+    point = measure(grpc_url, "text_embedding", "concurrency", 1, payload_for("text_embedding"),
+                    Measurement(interval_ms=1000, stability_pct=100, max_trials=3))
+    assert point.throughput > 0 and 0 < point.p50_ms <= point.p95_ms <= point.p99_ms
+    assert {"tokenizer", "text_encoder"} <= set(point.steps)
+    encoder = point.steps["text_encoder"]
+    assert encoder["requests"] > 0 and encoder["compute_infer_us"] > 0
+
+
+def test_step_payload_drives_the_encoder_alone(grpc_url):
+    point = measure(grpc_url, "text_encoder", "concurrency", 1, None,
+                    Measurement(interval_ms=1000, stability_pct=100, max_trials=3))
+    assert point.throughput > 0 and point.steps["text_encoder"]["requests"] > 0
