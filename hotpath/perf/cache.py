@@ -14,7 +14,8 @@ WORDS = ("fast inference gpu batching latency target search ranking moderation r
          "index vector cache replica shard budget tail percentile queue kernel").split()
 
 
-def _payload(name: str, texts: list[str]) -> str:
+def texts_payload(name: str, texts: list[str]):
+    """A perf_analyzer --input-data file of one-text requests."""
     path = generated_dir() / name
     path.write_text(json.dumps({"data": [{"TEXT": [t]} for t in texts]}))
     return path
@@ -37,11 +38,11 @@ def zipf_texts(n: int, distinct: int = 50, seed: int = 2) -> list[str]:
 def measure_cache(url: str, endpoint: str = "text_embedding", log=print) -> list[str]:
     """Report lines: miss and hit latency at concurrency 1, and a repeated-text load at concurrency 8."""
     m = Measurement(2000, 30, 4)
-    misses = measure(url, endpoint, "concurrency", 1, _payload("cache_misses.json", unique_texts(5000)), m, "misses")
+    misses = measure(url, endpoint, "concurrency", 1, texts_payload("cache_misses.json", unique_texts(5000)), m, "misses")
     hot = short_texts()[:10]
-    measure(url, endpoint, "concurrency", 1, _payload("cache_hot.json", hot), Measurement(500, 100, 1))  # warm
-    hits = measure(url, endpoint, "concurrency", 1, _payload("cache_hot.json", hot), m, "hits")
-    mixed = measure(url, endpoint, "concurrency", 8, _payload("cache_zipf.json", zipf_texts(2000)), m, "zipf")
+    measure(url, endpoint, "concurrency", 1, texts_payload("cache_hot.json", hot), Measurement(500, 100, 1))  # warm
+    hits = measure(url, endpoint, "concurrency", 1, texts_payload("cache_hot.json", hot), m, "hits")
+    mixed = measure(url, endpoint, "concurrency", 8, texts_payload("cache_zipf.json", zipf_texts(2000)), m, "zipf")
     rows = []
     for name, p in (("all misses (unique texts), c=1", misses), ("all hits (10 repeated texts), c=1", hits),
                     ("Zipf over 50 texts, c=8", mixed)):

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+
+import tritonclient.grpc as grpcclient
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath import paths
 from hotpath.perf import analyzer, stats
@@ -28,3 +33,26 @@ def measure(url: str, model: str, load_kind: str, load: float, input_data: Path 
     point.steps = stats.breakdown(before, stats.snapshot(url), [model, *[s for s in steps if s != model]])
     point.label = label
     return point
+
+
+@contextlib.contextmanager
+def response_cache_off(url: str, endpoint: str):
+    """Measure compute, not the cache: reload `endpoint` with its response cache disabled meanwhile.
+
+    perf payloads repeat (50 texts cycled), so with the cache on every request after the first
+    pass would be a hit. The cache is measured on its own (hotpath.perf.cache).
+    """
+    client = grpcclient.InferenceServerClient(url)
+    config = json_format.ParseDict(client.get_model_config(endpoint, as_json=True)["config"], mc.ModelConfig(),
+                                   ignore_unknown_fields=True)
+    if not config.response_cache.enable:
+        yield
+        return
+    off = mc.ModelConfig()
+    off.CopyFrom(config)
+    off.response_cache.enable = False
+    client.load_model(endpoint, config=json_format.MessageToJson(off, preserving_proto_field_name=True))
+    try:
+        yield
+    finally:
+        client.load_model(endpoint, config=json_format.MessageToJson(config, preserving_proto_field_name=True))

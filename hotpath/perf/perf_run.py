@@ -8,6 +8,7 @@ from pathlib import Path
 
 from hotpath import paths
 from hotpath.perf.analyzer import PerfPoint
+from hotpath.perf.measure import response_cache_off
 from hotpath.perf.slo import Slo
 from hotpath.perf.sweep import FULL, QUICK, sweep_endpoint
 
@@ -31,17 +32,18 @@ def run_perf(url: str, slos: dict[str, Slo], endpoints: list[str], quick: bool =
     for endpoint in endpoints:
         slo = slos[endpoint]
         log(f"[perf] {endpoint}: sweep ({'quick' if quick else 'full'} plan)")
-        results[endpoint] = sweep_endpoint(url, slo, plan, "tuned", steps=not compare, log=log)
-        if compare:
-            from hotpath.perf.compare import compare_endpoint
+        with response_cache_off(url, endpoint):
+            results[endpoint] = sweep_endpoint(url, slo, plan, "tuned", steps=not compare, log=log)
+            if compare:
+                from hotpath.perf.compare import compare_endpoint
 
-            points, section = compare_endpoint(url, slo, plan, log=log)
-            results[endpoint] += points
-            sections += section
-            if endpoint == "text_embedding":
-                from hotpath.perf.cache import measure_cache
+                points, section = compare_endpoint(url, slo, plan, log=log)
+                results[endpoint] += points
+                sections += section
+        if compare and endpoint == "text_embedding":
+            from hotpath.perf.cache import measure_cache
 
-                sections += measure_cache(url, endpoint, log=log)
+            sections += measure_cache(url, endpoint, log=log)
     elapsed = time.perf_counter() - t0
     run_dir = paths.ROOT / "perf" / "runs" / time.strftime("%Y%m%dT%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)

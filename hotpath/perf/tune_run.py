@@ -12,7 +12,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath import paths
 from hotpath.perf.analyzer import Measurement
-from hotpath.perf.measure import endpoint_steps, measure
+from hotpath.perf.measure import endpoint_steps, measure, response_cache_off
 from hotpath.perf.search_space import apply_knobs, read_knobs
 from hotpath.perf.slo import Slo
 from hotpath.perf.tuner import State, Trial, tune
@@ -56,7 +56,8 @@ def run_tune(url: str, slo: Slo, max_trials: int = 12, measurement: Measurement 
     log(f"[tune] {slo.endpoint}: steps {', '.join(models)}; target p95 <= {slo.p95_ms:g} ms at concurrency "
         f"{slo.concurrency}; budget {max_trials} trials; log {record}")
     t0 = time.perf_counter()
-    best, trials = tune(base, evaluate, slo.p95_ms, max_trials, log)
+    with response_cache_off(url, slo.endpoint):
+        best, trials = tune(base, evaluate, slo.p95_ms, max_trials, log)
     # Rewrite the log with final numbering and acceptance (lines were appended as measured).
     record.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in trials))
     evaluate(best.state, "restore best")  # leave the server running the winner

@@ -1,12 +1,13 @@
 """One short real sweep point through the whole perf pipeline (perf_analyzer + statistics)."""
 
 from hotpath.perf.analyzer import Measurement
+from hotpath.perf.cache import texts_payload, unique_texts
 from hotpath.perf.measure import measure
-from hotpath.perf.payloads import payload_for
 
 
 def test_one_real_sweep_point(grpc_url):
-    point = measure(grpc_url, "text_embedding", "concurrency", 1, payload_for("text_embedding"),
+    # Unique texts: every request misses the response cache and reaches both steps.
+    point = measure(grpc_url, "text_embedding", "concurrency", 1, texts_payload("smoke.json", unique_texts(3000, 7)),
                     Measurement(interval_ms=1000, stability_pct=100, max_trials=3))
     assert point.throughput > 0 and 0 < point.p50_ms <= point.p95_ms <= point.p99_ms
     assert {"tokenizer", "text_encoder"} <= set(point.steps)
