@@ -65,9 +65,11 @@ def parse_csv(text: str, model: str, load_kind: str) -> list[PerfPoint]:
             model=model, load_kind=load_kind, load=float(r[key]), throughput=float(r["Inferences/Second"]),
             p50_ms=float(r["p50 latency"]) / 1e3, p90_ms=float(r["p90 latency"]) / 1e3,
             p95_ms=float(r["p95 latency"]) / 1e3, p99_ms=float(r["p99 latency"]) / 1e3,
-            server_queue_us=float(r["Server Queue"]), server_compute_input_us=float(r["Server Compute Input"]),
-            server_compute_infer_us=float(r["Server Compute Infer"]),
-            server_compute_output_us=float(r["Server Compute Output"]),
+            # Servers without Triton's statistics (the FastAPI alternative) have no server columns.
+            server_queue_us=float(r.get("Server Queue") or 0),
+            server_compute_input_us=float(r.get("Server Compute Input") or 0),
+            server_compute_infer_us=float(r.get("Server Compute Infer") or 0),
+            server_compute_output_us=float(r.get("Server Compute Output") or 0),
         ))
     return points
 

@@ -104,18 +104,28 @@ def compare_endpoint(url: str, slo: Slo, plan: SweepPlan, log=print) -> tuple[li
     if slo.endpoint == "text_embedding":
         port, = free_ports(1)
         log(f"[perf] {slo.endpoint}: (c) FastAPI + uvicorn + ONNX Runtime")
-        with process([sys.executable, "-m", "uvicorn", "hotpath.perf.alternatives.fastapi_app:app", "--port", str(port),
-                      "--host", "127.0.0.1", "--log-level", "warning"], f"http://127.0.0.1:{port}/v2/health/ready"):
-            points += _external_sweep(slo.endpoint, f"127.0.0.1:{port}", "http", slo, alt_plan, "fastapi", log)
-        notes["fastapi"] = "1 uvicorn worker; KServe v2 HTTP subset; perf_analyzer over HTTP"
+        try:
+            with process([sys.executable, "-m", "uvicorn", "hotpath.perf.alternatives.fastapi_app:app", "--port",
+                          str(port), "--host", "127.0.0.1", "--log-level", "warning"],
+                         f"http://127.0.0.1:{port}/v2/health/ready"):
+                points += _external_sweep(slo.endpoint, f"127.0.0.1:{port}", "http", slo, alt_plan, "fastapi", log)
+            notes["fastapi"] = "1 uvicorn worker; KServe v2 HTTP subset; perf_analyzer over HTTP"
+        except HotpathError as exc:
+            notes["fastapi"] = f"failed: {str(exc).splitlines()[0]}"
+            log(f"[perf] FastAPI alternative failed: {exc}")
 
         http, grpc, metrics = free_ports(3)
         log(f"[perf] {slo.endpoint}: (d) PyTriton")
-        with process([sys.executable, "-m", "hotpath.perf.alternatives.pytriton_app", "--http-port", str(http),
-                      "--grpc-port", str(grpc), "--metrics-port", str(metrics)],
-                     f"http://127.0.0.1:{http}/v2/models/text_embedding/ready", env=server_environment(), timeout_s=180):
-            points += _external_sweep(slo.endpoint, f"127.0.0.1:{grpc}", "grpc", slo, alt_plan, "pytriton", log)
-        notes["pytriton"] = "one Python callable (tokenizer + ORT), dynamic batching 1 ms"
+        try:
+            with process([sys.executable, "-m", "hotpath.perf.alternatives.pytriton_app", "--http-port", str(http),
+                          "--grpc-port", str(grpc), "--metrics-port", str(metrics)],
+                         f"http://127.0.0.1:{http}/v2/models/text_embedding/ready", env=server_environment(),
+                         timeout_s=180):
+                points += _external_sweep(slo.endpoint, f"127.0.0.1:{grpc}", "grpc", slo, alt_plan, "pytriton", log)
+            notes["pytriton"] = "one Python callable (tokenizer + ORT), dynamic batching 1 ms"
+        except HotpathError as exc:
+            notes["pytriton"] = f"failed: {str(exc).splitlines()[0]}"
+            log(f"[perf] PyTriton alternative failed: {exc}")
 
         from hotpath.perf.alternatives.model_analyzer import run_model_analyzer
         from hotpath.perf.search_space import apply_knobs

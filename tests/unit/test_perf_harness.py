@@ -138,3 +138,10 @@ def test_cache_payloads_are_unique_or_skewed():
     zipf = zipf_texts(1000, distinct=50)
     counts = sorted((zipf.count(t) for t in set(zipf)), reverse=True)
     assert len(set(zipf)) <= 50 and counts[0] > 5 * counts[len(counts) // 2]
+
+
+def test_parse_csv_of_a_server_without_triton_statistics():
+    text = ("Concurrency,Inferences/Second,Client Send,Client Recv,p50 latency,p90 latency,p95 latency,p99 latency\n"
+            "2,110.5,10,5,17729,22718,24032,27436\n")
+    (point,) = parse_csv(text, "text_embedding", "concurrency")
+    assert point.p95_ms == 24.032 and point.server_compute_infer_us == 0
