@@ -27,10 +27,10 @@ def unique_texts(n: int, seed: int = 1) -> list[str]:
     return [f"{i} " + " ".join(rng.choice(WORDS, rng.integers(6, 24))) for i in range(n)]
 
 
-def zipf_texts(n: int, distinct: int = 50, seed: int = 2) -> list[str]:
+def zipf_texts(n: int, distinct: int = 3000, seed: int = 2) -> list[str]:
     """n requests drawn from `distinct` texts with a Zipf(1.1) popularity, like real query logs."""
     rng = np.random.default_rng(seed)
-    base = short_texts()[:distinct]
+    base = unique_texts(distinct, seed=seed + 100)
     ranks = np.minimum(rng.zipf(1.1, n), distinct) - 1
     return [base[r] for r in ranks]
 
@@ -40,12 +40,16 @@ def measure_cache(url: str, endpoint: str = "text_embedding", log=print) -> list
     m = Measurement(2000, 30, 4)
     misses = measure(url, endpoint, "concurrency", 1, texts_payload("cache_misses.json", unique_texts(5000)), m, "misses")
     hot = short_texts()[:10]
-    measure(url, endpoint, "concurrency", 1, texts_payload("cache_hot.json", hot), Measurement(500, 100, 1))  # warm
+    from hotpath.client import EmbeddingClient
+
+    with EmbeddingClient(url, model=endpoint) as client:  # fill the cache with the hot texts
+        for text in hot:
+            client.embed([text])
     hits = measure(url, endpoint, "concurrency", 1, texts_payload("cache_hot.json", hot), m, "hits")
-    mixed = measure(url, endpoint, "concurrency", 8, texts_payload("cache_zipf.json", zipf_texts(2000)), m, "zipf")
+    mixed = measure(url, endpoint, "concurrency", 8, texts_payload("cache_zipf.json", zipf_texts(20000)), m, "zipf")
     rows = []
     for name, p in (("all misses (unique texts), c=1", misses), ("all hits (10 repeated texts), c=1", hits),
-                    ("Zipf over 50 texts, c=8", mixed)):
+                    ("Zipf(1.1) over 3000 texts, c=8", mixed)):
         rate = p.steps.get(endpoint, {}).get("cache_hit_rate", 0.0)
         rows.append(f"| {name} | {rate:.0%} | {p.p50_ms:.2f} | {p.p95_ms:.2f} | {p.throughput:.1f} |")
         log(f"[perf] cache {name}: hit rate {rate:.0%}, p50 {p.p50_ms:.2f} ms, p95 {p.p95_ms:.2f} ms, {p.throughput:.1f}/s")

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from hotpath import paths
+from hotpath.errors import HotpathError
 from hotpath.perf.analyzer import PerfPoint
 from hotpath.perf.measure import response_cache_off
 from hotpath.perf.slo import Slo
@@ -43,7 +44,11 @@ def run_perf(url: str, slos: dict[str, Slo], endpoints: list[str], quick: bool =
         if compare and endpoint == "text_embedding":
             from hotpath.perf.cache import measure_cache
 
-            sections += measure_cache(url, endpoint, log=log)
+            try:
+                sections += measure_cache(url, endpoint, log=log)
+            except HotpathError as exc:
+                log(f"[perf] response cache measurement failed: {exc}")
+                sections += ["", f"### {endpoint}: response cache", "", f"Measurement failed: {exc}"]
     elapsed = time.perf_counter() - t0
     run_dir = paths.ROOT / "perf" / "runs" / time.strftime("%Y%m%dT%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
