@@ -90,8 +90,11 @@ def _external_sweep(model: str, url: str, protocol: str, slo: Slo, plan: SweepPl
     return points
 
 
-def compare_endpoint(url: str, slo: Slo, plan: SweepPlan, log=print) -> tuple[list[PerfPoint], list[str]]:
-    """Measure the alternatives for one endpoint; returns their points and a report section."""
+def compare_endpoint(url: str, slo: Slo, plan: SweepPlan, tuned: list[PerfPoint],
+                     log=print) -> tuple[list[PerfPoint], list[str]]:
+    """Measure the alternatives for one endpoint; returns their points and a report section.
+
+    `tuned` holds the points already measured for (b), the configuration in the specs."""
     alt_plan = SweepPlan(COMPARE_CONCURRENCIES, (), (), plan.measurement)
     steps = [m for m in endpoint_steps(slo.endpoint) if m != slo.endpoint]
     points: list[PerfPoint] = []
@@ -143,7 +146,7 @@ def compare_endpoint(url: str, slo: Slo, plan: SweepPlan, log=print) -> tuple[li
                                        f"{ma.search_seconds:.0f} s; best {ma.best_config} {ma.best_settings} "
                                        f"({ma.best_throughput:.1f}/s on the model alone)")
     floor_rows = _floor(slo, log)
-    return points, _section(slo, points, floor_rows, notes)
+    return points, _section(slo, tuned + points, floor_rows, notes)
 
 
 def _floor(slo: Slo, log) -> list[dict]:

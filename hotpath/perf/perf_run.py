@@ -38,7 +38,7 @@ def run_perf(url: str, slos: dict[str, Slo], endpoints: list[str], quick: bool =
             if compare:
                 from hotpath.perf.compare import compare_endpoint
 
-                points, section = compare_endpoint(url, slo, plan, log=log)
+                points, section = compare_endpoint(url, slo, plan, results[endpoint], log=log)
                 results[endpoint] += points
                 sections += section
         if compare and endpoint == "text_embedding":

@@ -145,3 +145,22 @@ def test_parse_csv_of_a_server_without_triton_statistics():
             "2,110.5,10,5,17729,22718,24032,27436\n")
     (point,) = parse_csv(text, "text_embedding", "concurrency")
     assert point.p95_ms == 24.032 and point.server_compute_infer_us == 0
+
+
+def test_side_by_side_section_reports_ratios_to_the_tuned_config():
+    from hotpath.perf.compare import _section
+
+    slo = Slo("text_embedding", 25.0, 8, Path("x.json"))
+
+    def pt(label, load, p95, tput):
+        return PerfPoint("text_embedding", "concurrency", load, tput, p95 / 2, p95, p95, p95, label=label)
+
+    points = [pt("tuned", 1, 17, 70), pt("tuned", 2, 24, 100), pt("tuned", 8, 110, 95),
+              pt("default", 1, 19, 60), pt("default", 2, 27, 90), pt("fastapi", 2, 20, 120)]
+    floor = [{"batch": 1, "spinning": False, "throughput": 140.0, "p50_ms": 8, "p95_ms": 10},
+             {"batch": 8, "spinning": True, "throughput": 170.0, "p50_ms": 50, "p95_ms": 60}]
+    text = "\n".join(_section(slo, points, floor, {"fastapi": "1 worker"}))
+    assert "| (b) Triton, tuned (hotpath) | 100.0 | 1.00 | 110.0 ms |" in text
+    assert "| (a) Triton, default config | 60.0 | 0.60 |" in text
+    assert "| (c) FastAPI + uvicorn + ORT | 120.0 | 1.20 |" in text
+    assert "| (f) in-process floor (no server) | 140.0 | 1.40 |" in text and "(b) / (f) = 0.71" in text
