@@ -20,6 +20,14 @@ def _closed_loop(points: list[PerfPoint], model: str, label: str) -> list[PerfPo
                   key=lambda p: p.load)
 
 
+def _finish(fig, ax, path: Path) -> None:
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_latency_throughput(points: list[PerfPoint], slo: Slo, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label in dict.fromkeys(p.label for p in points if p.model == slo.endpoint):
@@ -29,11 +37,7 @@ def plot_latency_throughput(points: list[PerfPoint], slo: Slo, path: Path) -> No
             ax.plot([p.throughput for p in curve], [p.p50_ms for p in curve], "--", color=line.get_color(), alpha=0.6)
     ax.axhline(slo.p95_ms, color="red", linestyle=":", label=f"target p95 {slo.p95_ms:g} ms")
     ax.set(xlabel="throughput (infer/s)", ylabel="latency (ms); dashed = p50", title=f"{slo.endpoint}: latency vs throughput")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _finish(fig, ax, path)
 
 
 def plot_p95_vs_load(points: list[PerfPoint], slo: Slo, path: Path) -> None:
@@ -45,11 +49,7 @@ def plot_p95_vs_load(points: list[PerfPoint], slo: Slo, path: Path) -> None:
     ax.axhline(slo.p95_ms, color="red", linestyle=":", label=f"target {slo.p95_ms:g} ms")
     ax.axvline(slo.concurrency, color="grey", linestyle=":", label=f"declared load (concurrency {slo.concurrency})")
     ax.set(xlabel="concurrency", ylabel="p95 latency (ms)", title=f"{slo.endpoint}: p95 vs load")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _finish(fig, ax, path)
 
 
 def plot_breakdown(points: list[PerfPoint], slo: Slo, label: str, path: Path) -> None:
