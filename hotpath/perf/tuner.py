@@ -86,14 +86,21 @@ def tune(configs: dict[str, mc.ModelConfig], evaluate: Callable[[State, str], Tr
                     if _key(candidate) in seen:
                         continue
                     seen.add(_key(candidate))
-                    trial = evaluate(candidate, f"{model}.{knob.name}: {best.state[model][knob.name]} -> {value}")
+                    change = f"{model}.{knob.name}: {best.state[model][knob.name]} -> {value}"
+                    trial = evaluate(candidate, change)
                     trial.number = len(trials)
                     trials.append(trial)
-                    if better(trial, best, target_ms):
-                        trial.accepted = True
-                        best = trial
-                        improved = True
                     log(_describe(trial, target_ms))
+                    if better(trial, best, target_ms) and len(trials) < max_trials:
+                        # One measurement on a shared 2-core host moves +-10%: a win must repeat.
+                        confirm = evaluate(candidate, f"{change} (confirm)")
+                        confirm.number = len(trials)
+                        trials.append(confirm)
+                        if better(confirm, best, target_ms):
+                            confirm.accepted = True
+                            best = confirm
+                            improved = True
+                        log(_describe(confirm, target_ms))
                 if improved:
                     break
             if improved:

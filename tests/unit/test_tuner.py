@@ -82,3 +82,21 @@ def test_tuner_moves_to_a_winning_rung_and_stops_when_nothing_wins():
     assert best.state["text_encoder"]["max_queue_delay_microseconds"] == 2000
     assert best.p95_ms <= 25.0
     assert len(trials) < 30  # stopped by itself
+
+
+def test_a_win_that_does_not_repeat_is_not_kept():
+    configs = {"text_encoder": read_config(paths.model_repository() / "text_encoder")}
+    seen = {}
+
+    def evaluate(state, change):
+        key = json.dumps(state, sort_keys=True, default=list)
+        seen[key] = seen.get(key, 0) + 1
+        lucky = change != "baseline" and seen[key] == 1  # every move looks great once, then regresses
+        p95 = 50.0 if lucky else 100.0 + len(seen)
+        steps = {"text_encoder": {"queue_us": 1, "compute_input_us": 0, "compute_infer_us": 1, "compute_output_us": 0}}
+        return Trial(0, state, p95, p95 / 2, 100.0, steps, change)
+
+    best, trials = tune(configs, evaluate, target_ms=25.0, max_trials=8, log=lambda m: None)
+    assert best.change == "baseline"
+    assert any(t.change.endswith("(confirm)") for t in trials)
+    assert not any(t.accepted for t in trials[1:])
