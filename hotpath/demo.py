@@ -13,7 +13,6 @@ def show_example(url: str) -> None:
     """Send one real request to text_embedding and print the request, the answer and how to repeat it."""
     with EmbeddingClient(url) as client:
         vectors = client.embed(EXAMPLE_TEXTS)
-    host, _, port = url.rpartition(":")
     print(f"\n[demo] gRPC request to text_embedding at {url}: TEXT = {EXAMPLE_TEXTS}")
     print(f"[demo] EMBEDDING shape {list(vectors.shape)}, L2 norms {np.round(np.linalg.norm(vectors, axis=1), 4)}")
     print(f"[demo] first values of EMBEDDING[0]: {np.round(vectors[0, :6], 4)}")

@@ -120,8 +120,9 @@ def build_repository(repository: Path | None = None, only: list[str] | None = No
     repository = Path(repository or paths.model_repository())
     specs = load_specs(paths.model_specs_dir(), paths.ensemble_specs_dir())
     validate_all(specs)
+    known = {s.name for s in specs}
     if only:
-        unknown = set(only) - {s.name for s in specs}
+        unknown = set(only) - known
         if unknown:
             raise BuildError(f"no spec for model(s): {', '.join(sorted(unknown))}")
         specs = [s for s in specs if s.name in only]
@@ -147,7 +148,6 @@ def build_repository(repository: Path | None = None, only: list[str] | None = No
         elapsed = time.perf_counter() - t0
         log(f"[engines] ({i}/{len(specs)}) {spec.name}: {action} in {elapsed:.1f}s")
         results.append(StepResult(spec.name, action, elapsed, metrics))
-    known = {s.name for s in load_specs(paths.model_specs_dir(), paths.ensemble_specs_dir())}
     for stray in sorted(p.name for p in repository.iterdir() if p.is_dir() and p.name not in known):
         log(f"[engines] warning: {repository / stray} has no spec; Triton will still try to load it")
     return results

@@ -58,7 +58,7 @@ def _to_rgb(img: Image.Image) -> Image.Image:
         return img
     if img.mode == "P":
         img = img.convert("RGBA" if "transparency" in img.info else "RGB")
-    if img.mode in ("RGBA", "LA", "RGBa", "La") or (img.mode == "P" and "transparency" in img.info):
+    if img.mode in ("RGBA", "LA", "RGBa", "La"):
         rgba = img.convert("RGBA")
         background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
         return Image.alpha_composite(background, rgba).convert("RGB")

@@ -127,14 +127,15 @@ def stage_repository(repository: Path, target: Path, ort_threads: int | None = N
         elif dest.exists():
             shutil.rmtree(dest)
         if config.backend == "onnxruntime" or config.platform == "onnxruntime_onnx":
+            substitute = _substitute_onnxruntime(config, ort_threads)
             dest.mkdir()
-            (dest / "config.pbtxt").write_text(to_pbtxt(_substitute_onnxruntime(config, ort_threads)))
+            (dest / "config.pbtxt").write_text(to_pbtxt(substitute))
             for version in (v for v in model_dir.iterdir() if v.is_dir() and v.name.isdigit()):
                 (dest / version.name).mkdir()
                 for f in version.iterdir():
                     (dest / version.name / f.name).symlink_to(f.resolve())
                 shutil.copyfile(runner, dest / version.name / "model.py")
-            threads = _substitute_onnxruntime(config, ort_threads).parameters["intra_op_thread_count"].string_value
+            threads = substitute.parameters["intra_op_thread_count"].string_value
             log(f"[serve] {model_dir.name}: backend onnxruntime -> python ORT runner in the staged copy "
                 f"(this tritonserver has no onnxruntime backend; intra_op_threads={threads or 'ORT default'}, "
                 f"instance kind CPU)")

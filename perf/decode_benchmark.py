@@ -3,17 +3,15 @@
     .venv/bin/python perf/decode_benchmark.py   # writes perf/reports/image_decode.md
 """
 
-import io
 import os
 import statistics
 import time
 from pathlib import Path
 
 import numpy as np
-import skimage.data
-from PIL import Image
 
 from hotpath.images import PreprocessOptions, preprocess
+from hotpath.perf.payloads import jpeg_photo
 
 SIZES = (300, 720, 1440, 2400, 4000)
 
@@ -29,12 +27,9 @@ def median_ms(fn, repeats: int) -> float:
 
 
 def main() -> None:
-    photo = Image.fromarray(skimage.data.astronaut())
     rows = []
     for size in SIZES:
-        buf = io.BytesIO()
-        photo.resize((size, size), Image.Resampling.BICUBIC).save(buf, "JPEG", quality=90)
-        data = buf.getvalue()
+        data = jpeg_photo(size, quality=90)
         repeats = max(5, int(2000 / size))
         fast = median_ms(lambda: preprocess(data, PreprocessOptions(fast_jpeg=True)), repeats)
         full = median_ms(lambda: preprocess(data, PreprocessOptions(fast_jpeg=False)), repeats)

@@ -5,13 +5,9 @@
 """
 
 import argparse
-import base64
-import io
 import json
-import struct
 
-import skimage.data
-from PIL import Image
+from hotpath.perf.payloads import bytes_entry, jpeg_photo
 
 
 def main() -> None:
@@ -20,16 +16,9 @@ def main() -> None:
     parser.add_argument("--quality", type=int, default=90)
     parser.add_argument("--out", default="perf/data/image_jpeg.json")
     args = parser.parse_args()
-    img = Image.fromarray(skimage.data.astronaut()).resize((args.size, args.size), Image.Resampling.BICUBIC)
-    buf = io.BytesIO()
-    img.save(buf, "JPEG", quality=args.quality)
-    data = buf.getvalue()
-    # perf_analyzer sends b64 content as the raw serialized BYTES tensor: each element is
-    # prefixed with its length as a little-endian uint32.
-    serialized = struct.pack("<I", len(data)) + data
-    payload = {"data": [{"IMAGE": {"b64": base64.b64encode(serialized).decode(), "shape": [1]}}]}
+    data = jpeg_photo(args.size, args.quality)
     with open(args.out, "w") as f:
-        json.dump(payload, f)
+        json.dump({"data": [{"IMAGE": bytes_entry(data)}]}, f)
     print(f"{args.out}: one {args.size}x{args.size} JPEG, {len(data) / 1024:.0f} KB")
 
 

@@ -13,12 +13,10 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import onnx
 from tritonclient.grpc import model_config_pb2 as mc
 
@@ -26,6 +24,7 @@ from hotpath import paths
 from hotpath.config import to_pbtxt
 from hotpath.exporters.image_classifier import parity_batch
 from hotpath.ort_session import make_session
+from hotpath.perf.analyzer import perf_analyzer_binary, perf_analyzer_env
 from hotpath.server import LocalTriton, ServerPorts, free_ports
 
 HERE = Path(__file__).parent
@@ -64,11 +63,10 @@ def python_step_cost() -> str:
     config.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU, count=1)
     (repo / "topk_post" / "config.pbtxt").write_text(to_pbtxt(config))
     http, grpc, metrics = free_ports(3)
-    env = dict(os.environ, LD_LIBRARY_PATH=f"{sys.prefix}/lib/python3.11/site-packages/nvidia/cuda_runtime/lib")
     with LocalTriton(repo, ServerPorts(http, grpc, metrics)) as server:
-        out = subprocess.run([f"{sys.prefix}/bin/perf_analyzer", "-m", "topk_post", "-u", server.grpc_url, "-i", "grpc",
+        out = subprocess.run([str(perf_analyzer_binary()), "-m", "topk_post", "-u", server.grpc_url, "-i", "grpc",
                               "--concurrency-range", "1", "--percentile=95", "-s", "25",
-                              "--measurement-interval", "4000"], env=env, capture_output=True, text=True, check=True)
+                              "--measurement-interval", "4000"], env=perf_analyzer_env(), capture_output=True, text=True, check=True)
     return "\n".join(line for line in out.stdout.splitlines()
                      if any(k in line for k in ("p50 latency", "p95 latency", "Avg request latency")))
 

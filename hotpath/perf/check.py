@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from hotpath.perf.analyzer import Measurement, PerfPoint
 from hotpath.perf.measure import measure, response_cache_off
 from hotpath.perf.slo import Slo
+from hotpath.perf.stats import bottleneck
 
 
 @dataclass
@@ -34,8 +35,7 @@ def format_table(rows: list[CheckRow]) -> str:
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p = r.point
-        steps = {m: s for m, s in p.steps.items() if m != r.slo.endpoint}
-        worst = max(steps, key=lambda m: steps[m]["queue_us"] + steps[m]["compute_infer_us"]) if steps else "-"
+        worst = bottleneck({m: s for m, s in p.steps.items() if m != r.slo.endpoint}) or "-"
         lines.append(f"| {r.slo.endpoint} | concurrency {r.slo.concurrency} | {r.slo.p95_ms:g} ms | {p.p50_ms:.1f} ms "
                      f"| {p.p95_ms:.1f} ms | {p.throughput:.1f}/s | {worst} | {'PASS' if r.ok else 'MISS'} |")
     return "\n".join(lines)

@@ -14,34 +14,16 @@ import sys
 import time
 import urllib.request
 
-import tritonclient.grpc as grpcclient
-from google.protobuf import json_format
-
 from hotpath.errors import HotpathError
 from hotpath.perf import analyzer
 from hotpath.perf.analyzer import PerfPoint
 from hotpath.perf.measure import endpoint_steps
 from hotpath.perf.slo import Slo
 from hotpath.perf.sweep import SweepPlan, sweep_endpoint, throughput_at_target
-from hotpath.perf.tune_run import served_config
+from hotpath.perf.reload import reconfigured
 from hotpath.server import free_ports, server_environment
 
 COMPARE_CONCURRENCIES = (1, 2, 4, 8)
-
-
-@contextlib.contextmanager
-def reconfigured(url: str, changes: dict[str, callable]):
-    """Temporarily reload models with modified configs; restore the originals afterwards."""
-    client = grpcclient.InferenceServerClient(url)
-    originals = {m: served_config(client, m) for m in changes}
-    try:
-        for model, change in changes.items():
-            config = change(served_config(client, model))
-            client.load_model(model, config=json_format.MessageToJson(config, preserving_proto_field_name=True))
-        yield
-    finally:
-        for model, config in originals.items():
-            client.load_model(model, config=json_format.MessageToJson(config, preserving_proto_field_name=True))
 
 
 def default_config(config):

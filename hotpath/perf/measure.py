@@ -6,13 +6,12 @@ import contextlib
 from pathlib import Path
 
 import tritonclient.grpc as grpcclient
-from google.protobuf import json_format
-from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath import paths
 from hotpath.perf import analyzer, stats
 from hotpath.perf.analyzer import Measurement, PerfPoint
 from hotpath.perf.payloads import payload_for
+from hotpath.perf.reload import reconfigured, served_config
 from hotpath.spec import load_spec
 
 
@@ -42,17 +41,13 @@ def response_cache_off(url: str, endpoint: str):
     perf payloads repeat (50 texts cycled), so with the cache on every request after the first
     pass would be a hit. The cache is measured on its own (hotpath.perf.cache).
     """
-    client = grpcclient.InferenceServerClient(url)
-    config = json_format.ParseDict(client.get_model_config(endpoint, as_json=True)["config"], mc.ModelConfig(),
-                                   ignore_unknown_fields=True)
-    if not config.response_cache.enable:
+    if not served_config(grpcclient.InferenceServerClient(url), endpoint).response_cache.enable:
         yield
         return
-    off = mc.ModelConfig()
-    off.CopyFrom(config)
-    off.response_cache.enable = False
-    client.load_model(endpoint, config=json_format.MessageToJson(off, preserving_proto_field_name=True))
-    try:
+
+    def cache_off(config):
+        config.response_cache.enable = False
+        return config
+
+    with reconfigured(url, {endpoint: cache_off}):
         yield
-    finally:
-        client.load_model(endpoint, config=json_format.MessageToJson(config, preserving_proto_field_name=True))

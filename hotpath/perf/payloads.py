@@ -9,9 +9,10 @@ from __future__ import annotations
 import base64
 import io
 import json
-import struct
 from pathlib import Path
 
+import numpy as np
+from tritonclient.utils import serialize_byte_tensor
 
 from hotpath import paths
 from hotpath.errors import HotpathError
@@ -43,8 +44,9 @@ def jpeg_photo(size: int = 720, quality: int = 90) -> bytes:
 
 
 def bytes_entry(data: bytes) -> dict:
-    # perf_analyzer sends b64 content as the serialized BYTES tensor: uint32 LE length + bytes.
-    return {"b64": base64.b64encode(struct.pack("<I", len(data)) + data).decode(), "shape": [1]}
+    """One BYTES element for --input-data: perf_analyzer sends b64 content as the serialized tensor."""
+    serialized = serialize_byte_tensor(np.array([data], dtype=np.object_)).item()
+    return {"b64": base64.b64encode(serialized).decode(), "shape": [1]}
 
 
 def _write(name: str, entries: list[dict]) -> Path:

@@ -53,8 +53,13 @@ def breakdown(before: dict, after: dict, models: list[str]) -> dict[str, dict[st
     return result
 
 
+def step_cost(step: dict[str, float]) -> float:
+    """Server time per request of one step (queue plus compute), in us."""
+    return sum(step.get(f"{p}_us", 0.0) for p in PHASES)
+
+
 def bottleneck(steps: dict[str, dict[str, float]]) -> str | None:
-    """The step with the most server time per request (queue plus compute)."""
+    """The step with the most server time per request."""
     if not steps:
         return None
-    return max(steps, key=lambda m: sum(steps[m][f"{p}_us"] for p in PHASES))
+    return max(steps, key=lambda m: step_cost(steps[m]))

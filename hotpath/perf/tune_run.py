@@ -7,21 +7,15 @@ import time
 from pathlib import Path
 
 import tritonclient.grpc as grpcclient
-from google.protobuf import json_format
-from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath import paths
 from hotpath.perf.analyzer import Measurement
 from hotpath.perf.measure import endpoint_steps, measure, response_cache_off
+from hotpath.perf.reload import load_config, served_config
 from hotpath.perf.search_space import apply_knobs, read_knobs
 from hotpath.perf.slo import Slo
+from hotpath.perf.stats import bottleneck
 from hotpath.perf.tuner import State, Trial, tune
-
-
-def served_config(client: grpcclient.InferenceServerClient, model: str) -> mc.ModelConfig:
-    """The config the server runs now (for the local server: the staged substitute)."""
-    return json_format.ParseDict(client.get_model_config(model, as_json=True)["config"], mc.ModelConfig(),
-                                 ignore_unknown_fields=True)
 
 
 def runs_dir() -> Path:
@@ -42,8 +36,7 @@ def run_tune(url: str, slo: Slo, max_trials: int = 12, measurement: Measurement 
     def evaluate(state: State, change: str) -> Trial:
         for m, knobs in state.items():
             if knobs != loaded[m]:
-                config = apply_knobs(base[m], knobs)
-                client.load_model(m, config=json_format.MessageToJson(config, preserving_proto_field_name=True))
+                load_config(client, m, apply_knobs(base[m], knobs))
                 loaded[m] = dict(knobs)
         point = measure(url, slo.endpoint, "concurrency", slo.concurrency, slo.input_data, measurement)
         trial = Trial(0, {m: dict(k) for m, k in state.items()}, point.p95_ms, point.p50_ms, point.throughput,
@@ -75,8 +68,7 @@ def write_summary(slo: Slo, best: Trial, trials: list[Trial], seconds: float) ->
              f"at concurrency {slo.concurrency}. Coordinate descent on the bottleneck step (hotpath/perf/tuner.py).",
              "", "| # | change | p50 ms | p95 ms | infer/s | bottleneck step | kept |", "|---|---|---|---|---|---|---|"]
     for t in trials:
-        steps = {m: s for m, s in t.steps.items() if m != slo.endpoint}
-        worst = max(steps, key=lambda m: steps[m]["queue_us"] + steps[m]["compute_infer_us"]) if steps else "-"
+        worst = bottleneck({m: s for m, s in t.steps.items() if m != slo.endpoint}) or "-"
         lines.append(f"| {t.number} | {t.change} | {t.p50_ms:.1f} | {t.p95_ms:.1f} | {t.throughput:.1f} | {worst} "
                      f"| {'yes' if t.accepted else ''} |")
     lines += ["", f"Winner: trial {best.number}: " + "; ".join(

@@ -16,6 +16,7 @@ from typing import Any, Callable
 from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath.perf.search_space import Knob, knobs_for, read_knobs
+from hotpath.perf.stats import step_cost
 
 State = dict[str, dict[str, Any]]          # model -> knob -> value
 
@@ -51,10 +52,7 @@ def better(a: Trial, b: Trial | None, target_ms: float) -> bool:
 
 def step_ranking(steps: dict[str, dict[str, float]], models: list[str]) -> list[str]:
     """Tunable models, worst (most server time per request) first."""
-    def cost(m: str) -> float:
-        s = steps.get(m)
-        return s["queue_us"] + s["compute_input_us"] + s["compute_infer_us"] + s["compute_output_us"] if s else 0.0
-    return sorted(models, key=cost, reverse=True)
+    return sorted(models, key=lambda m: step_cost(steps.get(m, {})), reverse=True)
 
 
 def _key(state: State) -> tuple:

@@ -10,12 +10,12 @@ No dynamic batching, as in the FastAPI endpoints teams start with.
 from __future__ import annotations
 
 import json
-import struct
 import threading
 import time
 
 import numpy as np
 from fastapi import FastAPI, HTTPException, Request, Response
+from tritonclient.utils import deserialize_bytes_tensor
 
 from hotpath.perf.alternatives.text_pipeline import TextPipeline
 
@@ -87,15 +87,6 @@ def _known(model: str) -> None:
         raise HTTPException(404, f"unknown model {model}")
 
 
-def _decode_bytes_tensor(raw: bytes) -> list[str]:
-    out, i = [], 0
-    while i < len(raw):
-        (n,) = struct.unpack_from("<I", raw, i)
-        out.append(raw[i + 4:i + 4 + n].decode("utf-8"))
-        i += 4 + n
-    return out
-
-
 @app.post("/v2/models/{model}/infer")
 @app.post("/v2/models/{model}/versions/{version}/infer")
 async def infer(model: str, request: Request, version: str = "1") -> Response:
@@ -106,7 +97,8 @@ async def infer(model: str, request: Request, version: str = "1") -> Response:
     (tensor,) = header["inputs"]
     size = tensor.get("parameters", {}).get("binary_data_size")
     if size is not None:
-        texts = _decode_bytes_tensor(body[int(header_len):int(header_len) + int(size)])
+        raw = body[int(header_len):int(header_len) + int(size)]
+        texts = [b.decode("utf-8") for b in deserialize_bytes_tensor(raw)]
     else:
         texts = [str(t) for t in np.asarray(tensor["data"]).reshape(-1)]
     t0 = time.perf_counter_ns()

@@ -88,8 +88,9 @@ def run_model_analyzer(model: str, target_p95_ms: float, concurrency: int, log=p
     }
     cfg_path = work / "config.yaml"
     cfg_path.write_text(json.dumps(config, indent=1))  # JSON is YAML
-    env = {**server_environment(install), **{"LD_LIBRARY_PATH": ":".join(
-        [server_environment(install)["LD_LIBRARY_PATH"], perf_analyzer_env()["LD_LIBRARY_PATH"]])}}
+    env = server_environment(install)
+    # MA starts both tritonserver and perf_analyzer from this environment: both library paths.
+    env["LD_LIBRARY_PATH"] = ":".join([env["LD_LIBRARY_PATH"], perf_analyzer_env()["LD_LIBRARY_PATH"]])
     log(f"[perf]      model analyzer {MA_VERSION}: manual search of {model} (6 configs at concurrency {concurrency})")
     t0 = time.perf_counter()
     proc = subprocess.run([str(exe), "profile", "-f", str(cfg_path)], env=env, capture_output=True, text=True,
