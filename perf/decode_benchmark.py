@@ -1,4 +1,4 @@
-"""Fast (reduced-size DCT) vs full JPEG decode in hotpath.images.preprocess, by source size.
+"""Fast (reduced-size DCT) vs full JPEG decode in hotpath.runtime.images.preprocess, by source size.
 
     .venv/bin/python perf/decode_benchmark.py   # writes perf/reports/image_decode.md
 """
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hotpath.images import PreprocessOptions, preprocess
+from hotpath.runtime.images import PreprocessOptions, preprocess
 from hotpath.perf.payloads import jpeg_photo
 
 SIZES = (300, 720, 1440, 2400, 4000)

@@ -23,7 +23,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from hotpath import paths
 from hotpath.config import to_pbtxt
 from hotpath.exporters.image_classifier import parity_batch
-from hotpath.ort_session import make_session
+from hotpath.runtime.ort_session import make_session
 from hotpath.perf.analyzer import perf_analyzer_binary, perf_analyzer_env
 from hotpath.server import LocalTriton, ServerPorts, free_ports
 

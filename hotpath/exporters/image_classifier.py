@@ -144,13 +144,13 @@ def _append_label_lookup(model, ids_name: str, labels_name: str, labels: list[st
 
 
 def parity_batch() -> np.ndarray:
-    """Real photos (scikit-image's sample data) preprocessed by hotpath.images, plus uint8 noise."""
+    """Real photos (scikit-image's sample data) preprocessed by hotpath.runtime.images, plus uint8 noise."""
     import io
 
     import skimage.data
     from PIL import Image
 
-    from hotpath.images import preprocess
+    from hotpath.runtime.images import preprocess
 
     batch = []
     for name in ("chelsea", "coffee", "rocket", "astronaut"):

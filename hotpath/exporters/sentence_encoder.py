@@ -120,7 +120,7 @@ def _pooled_encoder(model_dir: Path):
 
 
 def _tokenize(texts: list[str], max_length: int) -> dict[str, np.ndarray]:
-    from hotpath.text import load_tokenizer, encode
+    from hotpath.runtime.text import load_tokenizer, encode
 
     return encode(load_tokenizer(minilm_dir() / "tokenizer.json", max_length), texts)
 

@@ -57,7 +57,7 @@ def _write(name: str, entries: list[dict]) -> Path:
 
 def _encoder_payload() -> Path:
     from hotpath.exporters.sentence_encoder import minilm_dir
-    from hotpath.text import encode, load_tokenizer
+    from hotpath.runtime.text import encode, load_tokenizer
 
     tok = load_tokenizer(minilm_dir() / "tokenizer.json", 256, pad_to_multiple_of=16)
     entries = []
@@ -75,7 +75,7 @@ def _image_payload() -> Path:
 
 
 def _classifier_payload() -> Path:
-    from hotpath.images import preprocess
+    from hotpath.runtime.images import preprocess
 
     pixels = preprocess(jpeg_photo())
     return _write("image_classifier.json", [{"PIXELS": {"content": pixels.reshape(-1).tolist(),

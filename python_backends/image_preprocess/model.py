@@ -8,8 +8,8 @@ truncated, empty, non-image or oversized input fails its own request only.
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from hotpath.backend_args import parameters
-from hotpath.images import ImageInputError, PreprocessOptions, preprocess
+from hotpath.runtime.backend_args import parameters
+from hotpath.runtime.images import ImageInputError, PreprocessOptions, preprocess
 
 
 class TritonPythonModel:

@@ -9,9 +9,9 @@ every `execute()` as one batched session call.
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from hotpath.backend_args import model_config, parameters, version_dir
-from hotpath.batching import run_batched
-from hotpath.ort_session import make_session
+from hotpath.runtime.backend_args import model_config, parameters, version_dir
+from hotpath.runtime.batching import run_batched
+from hotpath.runtime.ort_session import make_session
 
 
 class TritonPythonModel:

@@ -11,7 +11,7 @@ import tritonclient.grpc as grpcclient
 
 from hotpath.client import ClassificationClient, ClientError, text_input
 from hotpath.exporters.image_classifier import imagenet_labels, load_efficientnet
-from hotpath.images import preprocess
+from hotpath.runtime.images import preprocess
 from tests.imagegen import bad_inputs, variants
 
 VARIANTS = variants()

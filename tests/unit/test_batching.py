@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from hotpath.batching import run_batched
+from hotpath.runtime.batching import run_batched
 
 
 def _double(calls):

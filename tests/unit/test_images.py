@@ -1,10 +1,10 @@
-"""hotpath.images: decode, convert, orient, resize+crop, and refuse bad input (no Triton)."""
+"""hotpath.runtime.images: decode, convert, orient, resize+crop, and refuse bad input (no Triton)."""
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from hotpath.images import ImageInputError, PreprocessOptions, decode, preprocess, resize_crop
+from hotpath.runtime.images import ImageInputError, PreprocessOptions, decode, preprocess, resize_crop
 from tests.imagegen import bad_inputs, encode, exif_rotated_jpeg, photo, variants
 
 

@@ -5,7 +5,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from hotpath.exporters.sentence_encoder import minilm_dir
-from hotpath.text import decode_utf8, encode, load_tokenizer
+from hotpath.runtime.text import decode_utf8, encode, load_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from hotpath import paths
-from hotpath.images import preprocess
-from hotpath.ort_session import make_session
+from hotpath.runtime.images import preprocess
+from hotpath.runtime.ort_session import make_session
 from hotpath.perf.alternatives.floor import Runner, time_batches
 from hotpath.perf.payloads import jpeg_photo
 

@@ -16,7 +16,7 @@ def main() -> None:
     from pytriton.triton import Triton, TritonConfig, TritonSecurityConfig
 
     from hotpath.perf.alternatives.text_pipeline import TextPipeline
-    from hotpath.text import decode_utf8
+    from hotpath.runtime.text import decode_utf8
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--http-port", type=int, default=8600)

@@ -9,8 +9,8 @@ import numpy as np
 
 from hotpath import paths
 from hotpath.exporters.sentence_encoder import minilm_dir
-from hotpath.ort_session import make_session
-from hotpath.text import encode, load_tokenizer
+from hotpath.runtime.ort_session import make_session
+from hotpath.runtime.text import encode, load_tokenizer
 
 
 class TextPipeline:

@@ -9,8 +9,8 @@ max_seq_length. A request with non-UTF-8 bytes or a wrong shape gets its own err
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from hotpath.backend_args import parameters, version_dir
-from hotpath.text import decode_utf8, encode, load_tokenizer
+from hotpath.runtime.backend_args import parameters, version_dir
+from hotpath.runtime.text import decode_utf8, encode, load_tokenizer
 
 OUTPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
