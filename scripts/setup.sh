@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
-APT_PACKAGES=(libb64-0d)   # perf_analyzer links libb64.so.0d
+APT_PACKAGES=(libb64-0d prometheus)   # perf_analyzer links libb64.so.0d; prometheus + promtool for monitoring/
 
 say() { echo "[setup] $*"; }
 
