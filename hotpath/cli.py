@@ -27,7 +27,8 @@ def cmd_engines(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from hotpath.server import ServerPorts, serve_forever
+    from hotpath.server.ports import ServerPorts
+    from hotpath.server.serve import serve_forever
 
     ports = ServerPorts(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port)
     return serve_forever(ports, repository=args.repository, ort_threads=args.ort_threads, demo=args.demo)
@@ -79,7 +80,8 @@ def _server(url: str | None, model_control: str = "explicit"):
     if url:
         yield url
         return
-    from hotpath.server import LocalTriton, ServerPorts, free_ports
+    from hotpath.server.ports import ServerPorts, free_ports
+    from hotpath.server.process import LocalTriton
 
     http, grpc, metrics = free_ports(3)
     with LocalTriton(ports=ServerPorts(http, grpc, metrics), model_control=model_control) as server:

@@ -25,7 +25,8 @@ from hotpath.config import to_pbtxt
 from hotpath.exporters.image_classifier import parity_batch
 from hotpath.runtime.ort_session import make_session
 from hotpath.perf.analyzer import perf_analyzer_binary, perf_analyzer_env
-from hotpath.server import LocalTriton, ServerPorts, free_ports
+from hotpath.server.ports import ServerPorts, free_ports
+from hotpath.server.process import LocalTriton
 
 HERE = Path(__file__).parent
 

@@ -21,7 +21,8 @@ from hotpath.perf.measure import endpoint_steps
 from hotpath.perf.slo import Slo
 from hotpath.perf.sweep import SweepPlan, sweep_endpoint, throughput_at_target
 from hotpath.perf.reload import reconfigured
-from hotpath.server import free_ports, server_environment
+from hotpath.server.install import server_environment
+from hotpath.server.ports import free_ports
 
 COMPARE_CONCURRENCIES = (1, 2, 4, 8)
 

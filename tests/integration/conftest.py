@@ -3,7 +3,8 @@
 import pytest
 
 from hotpath.engines import build_repository
-from hotpath.server import LocalTriton, ServerPorts, free_ports
+from hotpath.server.ports import ServerPorts, free_ports
+from hotpath.server.process import LocalTriton
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,7 @@
 
 from hotpath import paths
 from hotpath.config import read_config
-from hotpath.server import stage_repository
+from hotpath.server.staging import stage_repository
 
 
 def test_onnxruntime_models_are_substituted_in_the_staged_copy_only(tmp_path):

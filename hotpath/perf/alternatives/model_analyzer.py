@@ -20,7 +20,8 @@ from hotpath import paths
 from hotpath.errors import HotpathError
 from hotpath.perf.analyzer import perf_analyzer_binary, perf_analyzer_env
 from hotpath.perf.payloads import payload_for
-from hotpath.server import TritonInstall, prepare_backend_dir, server_environment, stage_repository
+from hotpath.server.install import TritonInstall, prepare_backend_dir, server_environment
+from hotpath.server.staging import stage_repository
 
 MA_VERSION = "1.58.0"
 

@@ -1,0 +1,133 @@
+"""One tritonserver process on loopback: stage the repository, start, wait until ready, stop."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Callable
+
+from hotpath import paths
+from hotpath.errors import ServerError
+from hotpath.server.install import TritonInstall, prepare_backend_dir, server_environment
+from hotpath.server.ports import ServerPorts, port_is_free
+from hotpath.server.staging import stage_repository
+
+Log = Callable[[str], None]
+
+
+def _print(message: str) -> None:
+    print(message, flush=True)
+
+
+class LocalTriton:
+    """Start, wait for and stop one tritonserver process on loopback."""
+
+    def __init__(self, repository: Path | None = None, ports: ServerPorts | None = None,
+                 ort_threads: int | None = None, model_control: str = "none",
+                 extra_args: list[str] | None = None, cache_bytes: int | None = None, log: Log = _print):
+        self.repository = Path(repository or paths.model_repository())
+        self.ports = ports or ServerPorts()
+        self.ort_threads = ort_threads
+        self.model_control = model_control
+        self.extra_args = extra_args or []
+        # Response cache for models whose config enables it (local cache implementation).
+        self.cache_bytes = cache_bytes if cache_bytes is not None else int(
+            os.environ.get("HOTPATH_CACHE_BYTES", 64 * 1024 * 1024))
+        self.log = log
+        self.process: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+        self.staged: Path | None = None
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.ports.grpc}"
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.ports.http}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports.metrics}/metrics"
+
+    def start(self, timeout: float = 180.0) -> "LocalTriton":
+        from hotpath.preflight import check_repository
+
+        problems = check_repository(self.repository)
+        if problems:
+            raise ServerError(f"model repository {self.repository} is not ready:\n  " + "\n  ".join(problems))
+        for name, port in vars(self.ports).items():
+            if not port_is_free(port):
+                raise ServerError(f"{name} port {port} is in use; pass --{name}-port or set "
+                                  f"HOTPATH_{name.upper()}_PORT")
+        install = TritonInstall.find()
+        work = paths.work_dir()
+        backends = prepare_backend_dir(install, work / "backends")
+        (work / "staged").mkdir(parents=True, exist_ok=True)
+        (work / "logs").mkdir(parents=True, exist_ok=True)
+        self.staged = Path(tempfile.mkdtemp(prefix=f"repo-{self.ports.grpc}-", dir=work / "staged"))
+        models = stage_repository(self.repository, self.staged, self.ort_threads, self.log)
+        self.log_path = work / "logs" / f"tritonserver-{self.ports.grpc}.log"
+        cmd = [str(install.binary), f"--model-repository={self.staged}", f"--backend-directory={backends}",
+               f"--cache-directory={install.root / 'caches'}", f"--http-port={self.ports.http}",
+               f"--grpc-port={self.ports.grpc}", f"--metrics-port={self.ports.metrics}",
+               "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
+               f"--model-control-mode={self.model_control}", "--log-info=true", *self.extra_args]
+        if self.cache_bytes:
+            cmd.append(f"--cache-config=local,size={self.cache_bytes}")
+        if self.model_control == "explicit":
+            cmd.append("--load-model=*")
+        self.log(f"[serve] starting tritonserver with {len(models)} model(s); log: {self.log_path}")
+        with open(self.log_path, "wb") as logfile:
+            self.process = subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT,
+                                            env=server_environment(install), start_new_session=True)
+        self.wait_ready(timeout)
+        return self
+
+    def is_ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as r:
+                return r.status == 200
+        except (urllib.error.URLError, ConnectionError, OSError):
+            return False
+
+    def log_tail(self, lines: int = 30) -> str:
+        if not self.log_path or not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def wait_ready(self, timeout: float) -> None:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.process and self.process.poll() is not None:
+                raise ServerError(f"tritonserver exited with code {self.process.returncode}:\n{self.log_tail()}")
+            if self.is_ready():
+                self.log(f"[serve] ready in {time.monotonic() - t0:.1f}s")
+                return
+            time.sleep(0.25)
+        self.stop()
+        raise ServerError(f"tritonserver not ready after {timeout:.0f}s:\n{self.log_tail()}")
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        if self.staged and self.staged.exists():
+            shutil.rmtree(self.staged, ignore_errors=True)
+
+    def __enter__(self) -> "LocalTriton":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

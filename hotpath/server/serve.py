@@ -1,0 +1,41 @@
+"""`hotpath serve`: one server in the foreground until Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+from hotpath.server.ports import ServerPorts
+from hotpath.server.process import LocalTriton
+
+
+def serve_forever(ports: ServerPorts, repository: Path | None = None, ort_threads: int | None = None,
+                  demo: bool = False) -> int:
+    """`hotpath serve`: start the server, print endpoints (and a demo request), wait for Ctrl-C/SIGTERM."""
+    server = LocalTriton(repository, ports, ort_threads)
+    stop = {"signal": None}
+
+    def _handle(signum, _frame):
+        stop["signal"] = signum
+
+    signal.signal(signal.SIGTERM, _handle)
+    signal.signal(signal.SIGINT, _handle)
+    server.start()
+    try:
+        print(f"[serve] gRPC    {server.grpc_url}\n[serve] HTTP    http://{server.http_url}\n"
+              f"[serve] metrics {server.metrics_url}", flush=True)
+        if demo:
+            from hotpath.demo import show_example
+
+            show_example(server.grpc_url)
+        print("[serve] serving; Ctrl-C to stop", flush=True)
+        while stop["signal"] is None:
+            if server.process.poll() is not None:
+                print(f"[serve] tritonserver exited ({server.process.returncode}):\n{server.log_tail()}", flush=True)
+                return 1
+            time.sleep(0.5)
+    finally:
+        print("[serve] stopping tritonserver", flush=True)
+        server.stop()
+    return 0
