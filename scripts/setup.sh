@@ -27,11 +27,12 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 
 stamp_file="$VENV/.hotpath-setup"
-stamp=$(cat requirements.txt constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
+stamp=$(cat requirements.txt requirements-nodeps.txt constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp" ]; then
   say "installing pinned requirements into $VENV (first run: a few minutes)"
   "$VENV/bin/python" -m pip install -q --upgrade "pip>=24"
   "$VENV/bin/python" -m pip install -q -r requirements.txt -c constraints.txt
+  "$VENV/bin/python" -m pip install -q --no-deps -r requirements-nodeps.txt
   "$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
   echo "$stamp" > "$stamp_file"
 else
