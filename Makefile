@@ -13,7 +13,8 @@ help:
 	@echo "make engines export models and write config.pbtxt files (incremental)"
 	@echo "make perf    perf_analyzer sweeps of every endpoint -> perf/reports/perf.md (PERF_ARGS=--quick)"
 	@echo "make perf-compare  the same, side by side with the alternatives -> perf/reports/compare.md"
-	@echo "make perf-check    fail when an endpoint misses its p95 target (perf/slo.toml)"
+	@echo "make perf-check    fail when an endpoint misses its p95 target (perf/slo.toml); refuses on a busy"
+	@echo "                   machine unless HOTPATH_ALLOW_BUSY=1"
 	@echo "make tune ENDPOINT=text_embedding  tune an endpoint, write the winner into build/*.toml"
 
 setup:

@@ -1,41 +1,73 @@
-"""`hotpath perf-check`: does every endpoint meet its p95 target at its declared load?"""
+"""`hotpath perf-check`: does every endpoint meet its p95 target at its declared load?
+
+Before anything is measured: every input file exists (generated when hotpath knows how) and the
+machine is quiet. Each endpoint's in-process floor is measured in the same run, so the verdict
+carries a ratio that reads the same on any machine.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hotpath.perf.alternatives.floor import Floor
 from hotpath.perf.analyzer import Measurement, PerfPoint
+from hotpath.perf.endpoints import get_endpoint
 from hotpath.perf.measure import measure, response_cache_off
+from hotpath.perf.payloads import ensure_input
+from hotpath.perf.quiet import QuietReport, require_quiet
 from hotpath.perf.slo import Slo
 from hotpath.perf.stats import bottleneck
+
+
+def before_measuring(slos: list[Slo], allow_busy: bool = False, log=print) -> QuietReport:
+    """Input files present (or generated) and the machine quiet; raises HotpathError otherwise."""
+    for slo in slos:
+        get_endpoint(slo.endpoint)
+        ensure_input(slo.input_data, f"endpoint {slo.endpoint} in perf/slo.toml")
+    return require_quiet(allow_busy, log)
 
 
 @dataclass
 class CheckRow:
     slo: Slo
     point: PerfPoint
+    floor: Floor | None = None
 
     @property
     def ok(self) -> bool:
         return self.point.p95_ms <= self.slo.p95_ms
 
+    @property
+    def floor_throughput(self) -> float:
+        return self.floor.throughput(self.slo.p95_ms) if self.floor else 0.0
+
 
 def check(url: str, slos: list[Slo], measurement: Measurement = Measurement(), log=print) -> list[CheckRow]:
     rows = []
     for slo in slos:
+        floor = get_endpoint(slo.endpoint).measure_floor(quick=True, log=log)
         log(f"[perf-check] {slo.endpoint}: measuring at concurrency {slo.concurrency} (target p95 <= {slo.p95_ms:g} ms)")
         with response_cache_off(url, slo.endpoint):  # the target must hold on cache misses too
-            rows.append(CheckRow(slo, measure(url, slo.endpoint, "concurrency", slo.concurrency, slo.input_data,
-                                              measurement)))
+            point = measure(url, slo.endpoint, "concurrency", slo.concurrency, slo.input_data, measurement)
+        rows.append(CheckRow(slo, point, floor))
     return rows
 
 
-def format_table(rows: list[CheckRow]) -> str:
-    lines = ["| endpoint | load | target p95 | measured p50 | measured p95 | throughput | bottleneck step | result |",
-             "|---|---|---|---|---|---|---|---|"]
+def format_table(rows: list[CheckRow], quiet: QuietReport | None = None) -> str:
+    lines = ["| endpoint | load | target p95 | measured p50 | measured p95 | throughput | in-process floor (same run) "
+             "| ratio to floor | bottleneck step | result |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p = r.point
         worst = bottleneck({m: s for m, s in p.steps.items() if m != r.slo.endpoint}) or "-"
+        floor = f"{r.floor_throughput:.1f}/s" if r.floor else "-"
+        ratio = f"{p.throughput / r.floor_throughput:.2f}" if r.floor_throughput else "-"
         lines.append(f"| {r.slo.endpoint} | concurrency {r.slo.concurrency} | {r.slo.p95_ms:g} ms | {p.p50_ms:.1f} ms "
-                     f"| {p.p95_ms:.1f} ms | {p.throughput:.1f}/s | {worst} | {'PASS' if r.ok else 'MISS'} |")
+                     f"| {p.p95_ms:.1f} ms | {p.throughput:.1f}/s | {floor} | {ratio} | {worst} "
+                     f"| {'PASS' if r.ok else 'MISS'} |")
+    lines.append("")
+    for r in rows:
+        if r.floor:
+            lines.append(f"floor {r.slo.endpoint}: {r.floor.describe(r.slo.p95_ms)}")
+    if quiet:
+        lines.append(f"machine before measuring: {quiet.summary()}")
     return "\n".join(lines)

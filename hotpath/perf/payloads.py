@@ -1,7 +1,8 @@
-"""perf_analyzer --input-data files for every endpoint and every step model, made from real data.
+"""perf_analyzer --input-data files, made from real data and generated on first use.
 
 Endpoint payloads are real inputs (short texts, a ~100 KB JPEG photo); a step model's payload is
 what the step before it produces for those inputs, so each model alone sees production-shaped data.
+Which file serves which model is the endpoint registry's business (hotpath.perf.endpoints).
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 from tritonclient.utils import serialize_byte_tensor
@@ -26,6 +29,37 @@ def generated_dir() -> Path:
     d = paths.work_dir() / "perf-data"
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+@dataclass(frozen=True)
+class Payload:
+    """One --input-data file: `make` returns its entries; without `make` the file is committed."""
+
+    name: str
+    make: Callable[[], list[dict]] | None = None
+    folder: Callable[[], Path] = data_dir
+    fresh: bool = False  # remade on every use: derived by code (a tokenizer setting) that may change
+
+    @property
+    def path(self) -> Path:
+        return self.folder() / self.name
+
+    def ensure(self) -> Path:
+        """The file, written first when missing (or always when `fresh`)."""
+        path = self.path
+        if self.make is not None and (self.fresh or not path.exists()):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps({"data": self.make()}))
+        if not path.exists():
+            raise HotpathError(f"perf input file {_shown(path)} is missing")
+        return path
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(paths.ROOT))
+    except ValueError:
+        return str(path)
 
 
 def short_texts() -> list[str]:
@@ -49,13 +83,8 @@ def bytes_entry(data: bytes) -> dict:
     return {"b64": base64.b64encode(serialized).decode(), "shape": [1]}
 
 
-def _write(name: str, entries: list[dict]) -> Path:
-    path = generated_dir() / name
-    path.write_text(json.dumps({"data": entries}))
-    return path
-
-
-def _encoder_payload() -> Path:
+def encoder_entries() -> list[dict]:
+    """The tokenizer step's output for each short text, padded as the tokenizer pads."""
     from hotpath.exporters.sentence_encoder import minilm_dir
     from hotpath.runtime.text import encode, load_tokenizer
 
@@ -64,39 +93,39 @@ def _encoder_payload() -> Path:
     for text in short_texts():
         enc = encode(tok, [text])
         entries.append({k: {"content": v[0].tolist(), "shape": [v.shape[1]]} for k, v in enc.items()})
-    return _write("text_encoder.json", entries)
+    return entries
 
 
-def _image_payload() -> Path:
-    path = data_dir() / "image_jpeg.json"
-    if not path.exists():
-        path.write_text(json.dumps({"data": [{"IMAGE": bytes_entry(jpeg_photo())}]}))
-    return path
+def image_entries() -> list[dict]:
+    return [{"IMAGE": bytes_entry(jpeg_photo())}]
 
 
-def _classifier_payload() -> Path:
+def pixel_entries() -> list[dict]:
+    """The image_preprocess step's output for the photo."""
     from hotpath.runtime.images import preprocess
 
     pixels = preprocess(jpeg_photo())
-    return _write("image_classifier.json", [{"PIXELS": {"content": pixels.reshape(-1).tolist(),
-                                                        "shape": list(pixels.shape)}}])
-
-
-_BUILDERS = {
-    "text_embedding": lambda: data_dir() / "short_texts.json",
-    "tokenizer": lambda: data_dir() / "short_texts.json",
-    "text_encoder": _encoder_payload,
-    "image_classification": _image_payload,
-    "image_preprocess": _image_payload,
-    "image_classifier": _classifier_payload,
-}
+    return [{"PIXELS": {"content": pixels.reshape(-1).tolist(), "shape": list(pixels.shape)}}]
 
 
 def payload_for(model: str) -> Path:
-    """The --input-data file for `model`, generated on first use."""
-    try:
-        return _BUILDERS[model]()
-    except KeyError:
-        raise HotpathError(f"no perf payload for model '{model}' (known: {', '.join(sorted(_BUILDERS))})") from None
+    """The --input-data file for `model` (an endpoint or one of its steps), generated on first use."""
+    from hotpath.perf.endpoints import all_payloads
+
+    known = all_payloads()
+    if model not in known:
+        raise HotpathError(f"no perf payload for model '{model}' (known: {', '.join(sorted(known))})")
+    return known[model].ensure()
 
 
+def ensure_input(path: Path, owner: str = "") -> Path:
+    """An input file named by a user (perf/slo.toml): generated when hotpath knows how, else one clear error."""
+    from hotpath.perf.endpoints import all_payloads
+
+    path = Path(path)
+    for payload in all_payloads().values():
+        if payload.path.resolve() == path.resolve():
+            return payload.ensure()
+    if not path.exists():
+        raise HotpathError(f"perf input file {_shown(path)} is missing{f' (input_data of {owner})' if owner else ''}")
+    return path

@@ -1,4 +1,8 @@
-"""`hotpath perf`: sweep every endpoint on a local server, optionally compare alternatives, report."""
+"""`hotpath perf`: sweep every endpoint on a local server, optionally compare alternatives, report.
+
+Every endpoint's in-process floor is measured in the same run and every report states the ratios
+to it; the registry (hotpath.perf.endpoints) says what each endpoint is compared with.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,9 @@ from pathlib import Path
 from hotpath import paths
 from hotpath.errors import HotpathError
 from hotpath.perf.analyzer import PerfPoint
+from hotpath.perf.endpoints import get_endpoint
 from hotpath.perf.measure import response_cache_off
+from hotpath.perf.quiet import QuietReport
 from hotpath.perf.slo import Slo
 from hotpath.perf.sweep import FULL, QUICK, sweep_endpoint
 
@@ -21,42 +27,56 @@ def reports_dir() -> Path:
 
 
 def run_perf(url: str, slos: dict[str, Slo], endpoints: list[str], quick: bool = False, compare: bool = False,
-             name: str | None = None, log=print) -> Path:
+             name: str | None = None, quiet: QuietReport | None = None, log=print) -> Path:
     """Sweep `endpoints`; with `compare`, measure the alternatives too; returns the report path."""
-    from hotpath.perf.report import write_report
+    from hotpath.perf.compare import compare_endpoint, section
+    from hotpath.perf.report import floor_section, write_report
 
     plan = QUICK if quick else FULL
     name = name or ("perf-quick" if quick else ("compare" if compare else "perf"))
     t0 = time.perf_counter()
     results: dict[str, list[PerfPoint]] = {}
+    floors = {}
     sections: list[str] = []
     for endpoint in endpoints:
-        slo = slos[endpoint]
+        slo, entry = slos[endpoint], get_endpoint(endpoint)
+        floors[endpoint] = floor = entry.measure_floor(quick=quick, log=log)  # the server is idle meanwhile
         log(f"[perf] {endpoint}: sweep ({'quick' if quick else 'full'} plan)")
+        notes: dict[str, str] = {}
         with response_cache_off(url, endpoint):
             results[endpoint] = sweep_endpoint(url, slo, plan, "tuned", steps=not compare, log=log)
             if compare:
-                from hotpath.perf.compare import compare_endpoint
-
-                points, section = compare_endpoint(url, slo, plan, results[endpoint], log=log)
+                points, notes = compare_endpoint(url, slo, entry, plan, log=log)
                 results[endpoint] += points
-                sections += section
-        if compare and endpoint == "text_embedding":
-            from hotpath.perf.cache import measure_cache
-
-            try:
-                sections += measure_cache(url, endpoint, log=log)
-            except HotpathError as exc:
-                log(f"[perf] response cache measurement failed: {exc}")
-                sections += ["", f"### {endpoint}: response cache", "", f"Measurement failed: {exc}"]
+        sections += floor_section(slo, floor, results[endpoint])
+        if compare:
+            sections += section(slo, entry, results[endpoint], floor, notes)
+            if entry.extra_sections:
+                try:
+                    sections += entry.extra_sections(url, endpoint, log)
+                except HotpathError as exc:
+                    log(f"[perf] {endpoint}: extra measurement failed: {exc}")
+                    sections += ["", f"### {endpoint}: extra measurement failed", "", str(exc)]
     elapsed = time.perf_counter() - t0
     run_dir = paths.ROOT / "perf" / "runs" / time.strftime("%Y%m%dT%H%M%S")
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "results.json").write_text(json.dumps({e: [p.to_dict() for p in ps] for e, ps in results.items()},
-                                                     indent=1))
-    preamble = [f"Made by `hotpath perf{' --quick' if quick else ''}{' --compare' if compare else ''}` in "
-                f"{elapsed / 60:.1f} min on this host; perf_analyzer 2.50 over gRPC, real payloads "
-                f"(`perf/data/`); raw points: `{run_dir.relative_to(paths.ROOT)}/results.json` (not committed)."]
+    (run_dir / "results.json").write_text(json.dumps(
+        {"points": {e: [p.to_dict() for p in ps] for e, ps in results.items()},
+         "floors": {e: f.rows for e, f in floors.items()}}, indent=1))
+    command = f"hotpath perf{' --quick' if quick else ''}{' --compare' if compare else ''}"
+    preamble = [f"Made by `{command}` in {elapsed / 60:.1f} min on this host ({_host()}); perf_analyzer 2.50 over "
+                f"gRPC, real payloads (`perf/data/`); raw points: `{run_dir.relative_to(paths.ROOT)}/results.json` "
+                "(not committed). Each endpoint's in-process floor was measured in this run; ratios to it compare "
+                "across machines."]
+    if quiet:
+        preamble += ["", f"Machine before measuring: {quiet.summary()}."]
     path = write_report(name, results, slos, reports_dir(), preamble, sections)
     log(f"[perf] report: {path} ({elapsed / 60:.1f} min)")
     return path
+
+
+def _host() -> str:
+    import os
+    import platform
+
+    return f"{os.cpu_count()} CPUs, {platform.processor() or platform.machine()}"

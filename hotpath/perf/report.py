@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from hotpath.perf.alternatives.floor import Floor  # noqa: E402
 from hotpath.perf.analyzer import PerfPoint  # noqa: E402
 from hotpath.perf.slo import Slo  # noqa: E402
 from hotpath.perf.stats import PHASES  # noqa: E402
@@ -80,6 +81,29 @@ def _table(points: list[PerfPoint]) -> list[str]:
         rows.append(f"| {p.label} | {p.model} | {kind} {p.load:g} | {p.throughput:.1f} | {p.p50_ms:.1f} | {p.p90_ms:.1f} "
                     f"| {p.p95_ms:.1f} | {p.p99_ms:.1f} | {steps} |")
     return rows
+
+
+def floor_section(slo: Slo, floor: Floor, points: list[PerfPoint], label: str = "tuned") -> list[str]:
+    """The floor measured in this run, and hotpath's ratios to it."""
+    own = [p for p in points if p.model == slo.endpoint and p.label == label and p.load_kind == "concurrency"]
+    ours = throughput_at_target(own, slo.p95_ms)
+    best = floor.throughput(slo.p95_ms)
+    one = [p for p in own if p.load == 1]
+    ratios = [f"throughput at the p95 target {ours:.1f}/s = {ours / best:.2f}x the floor's {best:.1f}/s"
+              if best else "the floor meets no batch within the p95 target"]
+    if slo.floor_ratio_goal and best:
+        ratios[0] += f" (goal {slo.floor_ratio_goal:g}x)"
+    if one and floor.single_p50_ms():
+        ratios.append(f"p50 at concurrency 1 {one[0].p50_ms:.2f} ms = {one[0].p50_ms / floor.single_p50_ms():.2f}x "
+                      f"the floor's batch-1 p50 {floor.single_p50_ms():.2f} ms")
+    lines = ["", f"### {slo.endpoint}: in-process floor (same run, no server)", "",
+             f"The endpoint's whole pipeline in one process (same ONNX files and pre-processing), {floor.unit} per "
+             f"second by batch size: {floor.describe(slo.p95_ms)}.", "",
+             f"hotpath ({label}): {'; '.join(ratios)}.", "",
+             f"| batch | ORT spinning | {floor.unit}/s | batch p50 ms | batch p95 ms |", "|---|---|---|---|---|"]
+    lines += [f"| {r['batch']} | {'on' if r['spinning'] else 'off'} | {r['throughput']:.1f} | {r['p50_ms']:.2f} | "
+              f"{r['p95_ms']:.2f} |" for r in floor.rows]
+    return lines
 
 
 def write_report(name: str, results: dict[str, list[PerfPoint]], slos: dict[str, Slo], out_dir: Path,

@@ -1,18 +1,15 @@
-"""The perf harness without a server: CSV parsing, SLOs, statistics deltas, knobs, spec write-back."""
+"""The perf harness without a server: CSV parsing, SLOs, statistics deltas (knobs: test_knobs.py)."""
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from hotpath import paths
 from hotpath.config import read_config
-from hotpath.errors import HotpathError, SpecError
+from hotpath.errors import HotpathError
 from hotpath.perf.analyzer import PerfPoint, parse_csv
 from hotpath.perf.check import CheckRow, format_table
-from hotpath.perf.search_space import Knob, apply_knobs, knobs_for, read_knobs
 from hotpath.perf.slo import Slo, load_slos
-from hotpath.perf.spec_writer import write_back
 from hotpath.perf.stats import bottleneck, breakdown
 
 DATA = Path(__file__).parent.parent / "data" / "perf"
@@ -54,14 +51,21 @@ def _point(p95, steps=None):
     return PerfPoint("text_embedding", "concurrency", 8, 100.0, p95 / 2, p95, p95, p95, steps=steps or {})
 
 
-def test_check_rows_pass_and_miss():
+def test_check_rows_pass_and_miss_with_the_floor_ratio():
+    from hotpath.perf.alternatives.floor import Floor
+
     slo = Slo("text_embedding", 25.0, 8, Path("x.json"))
     steps = {"tokenizer": {"queue_us": 900, "compute_infer_us": 2000},
              "text_encoder": {"queue_us": 30000, "compute_infer_us": 40000}}
-    rows = [CheckRow(slo, _point(20.0, steps)), CheckRow(slo, _point(30.0, steps))]
+    floor = Floor("texts", [{"batch": 1, "spinning": False, "throughput": 400.0, "p50_ms": 2.5, "p95_ms": 3.0},
+                            {"batch": 8, "spinning": False, "throughput": 800.0, "p50_ms": 10, "p95_ms": 30.0}])
+    rows = [CheckRow(slo, _point(20.0, steps), floor), CheckRow(slo, _point(30.0, steps))]
     assert [r.ok for r in rows] == [True, False]
     table = format_table(rows)
     assert "PASS" in table and "MISS" in table and "text_encoder" in table
+    # throughput 100/s against the best floor row within 25 ms (batch 1, 400/s; batch 8 misses the target)
+    assert "| 400.0/s | 0.25 |" in table
+    assert "floor text_embedding: 400.0 texts/s at batch 1" in table
 
 
 def _snap(success, queue_ns, infer_ns, inference, execution):
@@ -81,48 +85,8 @@ def test_breakdown_is_a_per_request_delta_and_finds_the_bottleneck():
     assert bottleneck(steps) == "text_encoder"
 
 
-def test_knob_ladders_and_config_round_trip():
-    assert Knob("q", (0, 500, 1000)).neighbors(500) == [0, 1000]
-    assert Knob("q", (0, 500, 1000)).neighbors(0) == [500]
-    assert Knob("q", (0, 500, 1000)).neighbors(700) == [500]
-    encoder = read_config(paths.model_repository() / "text_encoder")
-    names = [k.name for k in knobs_for(encoder, 1)]
-    assert names == ["max_queue_delay_microseconds", "preferred_batch_size", "instance_count", "intra_op_thread_count"]
-    values = {"max_queue_delay_microseconds": 4000, "preferred_batch_size": (4, 8), "instance_count": 2,
-              "intra_op_thread_count": 1}
-    assert read_knobs(apply_knobs(encoder, values)) == values
-    assert read_knobs(encoder) != values  # the original is untouched
-
-
-@pytest.fixture()
-def spec_dir(tmp_path):
-    d = tmp_path / "build"
-    shutil.copytree(paths.model_specs_dir(), d)
-    return d
-
-
-def test_write_back_changes_only_knobs_and_keeps_comments(spec_dir):
-    before = (spec_dir / "text_encoder.toml").read_text()
-    changes = write_back("text_encoder", {"max_queue_delay_microseconds": 2000, "preferred_batch_size": (4, 8),
-                                          "instance_count": 1, "intra_op_thread_count": 1}, spec_dir)
-    after = (spec_dir / "text_encoder.toml").read_text()
-    assert "dynamic_batching.max_queue_delay_microseconds: 1000 -> 2000" in changes
-    assert "parameters.intra_op_thread_count: 2 -> 1" in changes
-    assert not any(c.startswith("instance_group") for c in changes)  # unchanged value, no change
-    assert "max_queue_delay_microseconds = 2000" in after and "preferred_batch_size = [4, 8]" in after
-    comments = [line for line in before.splitlines() if line.startswith("#")]
-    assert comments and all(c in after for c in comments)
-
-
-def test_write_back_refuses_an_invalid_result(spec_dir):
-    before = (spec_dir / "text_encoder.toml").read_text()
-    with pytest.raises(SpecError, match="preferred_batch_size"):
-        write_back("text_encoder", {"preferred_batch_size": (64,)}, spec_dir)
-    assert (spec_dir / "text_encoder.toml").read_text() == before
-
-
 def test_default_config_drops_batching_and_extra_instances():
-    from hotpath.perf.compare import default_config
+    from hotpath.perf.alternatives.served import default_config
 
     encoder = read_config(paths.model_repository() / "text_encoder")
     encoder.instance_group[0].count = 3
@@ -147,8 +111,10 @@ def test_parse_csv_of_a_server_without_triton_statistics():
     assert point.p95_ms == 24.032 and point.server_compute_infer_us == 0
 
 
-def test_side_by_side_section_reports_ratios_to_the_tuned_config():
-    from hotpath.perf.compare import _section
+def test_side_by_side_section_reports_ratios_to_hotpath_and_to_the_floor():
+    from hotpath.perf.alternatives.floor import Floor
+    from hotpath.perf.compare import section
+    from hotpath.perf.endpoints import get_endpoint
 
     slo = Slo("text_embedding", 25.0, 8, Path("x.json"))
 
@@ -156,11 +122,16 @@ def test_side_by_side_section_reports_ratios_to_the_tuned_config():
         return PerfPoint("text_embedding", "concurrency", load, tput, p95 / 2, p95, p95, p95, label=label)
 
     points = [pt("tuned", 1, 17, 70), pt("tuned", 2, 24, 100), pt("tuned", 8, 110, 95),
-              pt("default", 1, 19, 60), pt("default", 2, 27, 90), pt("fastapi", 2, 20, 120)]
-    floor = [{"batch": 1, "spinning": False, "throughput": 140.0, "p50_ms": 8, "p95_ms": 10},
-             {"batch": 8, "spinning": True, "throughput": 170.0, "p50_ms": 50, "p95_ms": 60}]
-    text = "\n".join(_section(slo, points, floor, {"fastapi": "1 worker"}))
-    assert "| (b) Triton, tuned (hotpath) | 100.0 | 1.00 | 110.0 ms |" in text
-    assert "| (a) Triton, default config | 60.0 | 0.60 |" in text
-    assert "| (c) FastAPI + uvicorn + ORT | 120.0 | 1.20 |" in text
-    assert "| (f) in-process floor (no server) | 140.0 | 1.40 |" in text and "(b) / (f) = 0.71" in text
+              pt("default", 1, 19, 60), pt("default", 2, 27, 90), pt("fastapi-async", 1, 6, 150),
+              pt("fastapi-async", 2, 20, 120)]
+    floor = Floor("texts", [{"batch": 1, "spinning": False, "throughput": 140.0, "p50_ms": 8, "p95_ms": 10},
+                            {"batch": 8, "spinning": True, "throughput": 170.0, "p50_ms": 50, "p95_ms": 60}])
+    text = "\n".join(section(slo, get_endpoint("text_embedding"), points, floor,
+                             {"fastapi-async": "1 worker", "pytriton": "failed: no port"}))
+    assert "| hotpath (tuned config in the specs) | 100.0 | 1.00 | 0.71 | 8.5 ms | 110.0 ms |" in text
+    assert "| Triton, default config | 60.0 | 0.60 | 0.43 | 9.5 ms |" in text
+    assert "| FastAPI + uvicorn + ORT, async handler | 150.0 | 1.50 | 1.07 | 3.0 ms | - | 1 worker |" in text
+    assert "| PyTriton 0.7 | 0.0 |" in text and "failed: no port" in text  # a failed alternative stays visible
+    assert ", sync handler" not in text and "Model Analyzer" not in text  # neither measured nor noted: left out
+    assert "| in-process floor (no server) | 140.0 | 1.40 | 1.00 | 8.0 ms (batch 1) |" in text
+    assert "best alternative (FastAPI + uvicorn + ORT, async handler): throughput 0.67x" in text

@@ -1,0 +1,85 @@
+"""The perf registry: one entry per endpoint tells every perf tool what it needs.
+
+Payloads (the endpoint's and each step model's --input-data), the in-process pipeline (the floor,
+and what the FastAPI and PyTriton alternatives serve), the alternatives, the step a single-model
+tuner searches, and extra report sections. A new endpoint is one more entry here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from hotpath.errors import HotpathError
+from hotpath.perf.alternatives import served
+from hotpath.perf.alternatives.floor import Floor, measure_floor
+from hotpath.perf.alternatives.pipelines import ImagePipeline, TextPipeline
+from hotpath.perf.payloads import (Payload, encoder_entries, generated_dir, image_entries, jpeg_photo,
+                                   pixel_entries, short_texts)
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    unit: str                                      # what one request carries ("texts", "images")
+    payloads: dict[str, Payload]                   # by model: the endpoint and each of its steps
+    pipeline: Callable[[int, bool], Callable]      # (ORT threads, spinning) -> the whole endpoint in-process
+    samples: Callable[[], list]                    # real inputs for in-process runs
+    floor_batches: tuple[int, ...]
+    searched_step: str                             # the step Model Analyzer gets (it cannot search ensembles)
+    alternatives: tuple[served.Alternative, ...]
+    extra_sections: Callable | None = field(default=None, repr=False)  # (url, endpoint, log) -> report lines
+
+    def measure_floor(self, quick: bool = False, log=print) -> Floor:
+        """The in-process floor now; `quick`: batch 1 and the largest batch, short windows (perf-check)."""
+        batches = (1, self.floor_batches[-1]) if quick else self.floor_batches
+        log(f"[perf] {self.name}: in-process floor ({'quick' if quick else 'full'})")
+        return measure_floor(self.pipeline, self.samples(), batches, 1.0 if quick else 3.0, unit=self.unit, log=log)
+
+
+def _cache_sections(url: str, endpoint: str, log) -> list[str]:
+    from hotpath.perf.cache import measure_cache
+
+    return measure_cache(url, endpoint, log=log)
+
+
+TEXTS = Payload("short_texts.json")
+IMAGE = Payload("image_jpeg.json", image_entries)
+
+ENDPOINTS: dict[str, Endpoint] = {e.name: e for e in (
+    Endpoint(
+        name="text_embedding", unit="texts",
+        payloads={"text_embedding": TEXTS, "tokenizer": TEXTS,
+                  "text_encoder": Payload("text_encoder.json", encoder_entries, generated_dir, fresh=True)},
+        pipeline=TextPipeline, samples=short_texts, floor_batches=(1, 4, 8, 16), searched_step="text_encoder",
+        alternatives=(served.triton_default(),
+                      served.fastapi("sync", 1, "tokenizer + ORT per request"),
+                      served.fastapi("async", 2, "tokenizer + ORT per request"),
+                      served.pytriton(),
+                      served.model_analyzer()),
+        extra_sections=_cache_sections),
+    Endpoint(
+        name="image_classification", unit="images",
+        payloads={"image_classification": IMAGE, "image_preprocess": IMAGE,
+                  "image_classifier": Payload("image_classifier.json", pixel_entries, generated_dir)},
+        pipeline=ImagePipeline, samples=lambda: [jpeg_photo()], floor_batches=(1, 4, 8),
+        searched_step="image_classifier",
+        alternatives=(served.triton_default(),
+                      served.fastapi("sync", 1, "Pillow decode + hotpath's preprocess + ORT per request"),
+                      served.fastapi("async", 2, "Pillow decode + hotpath's preprocess + ORT per request"),
+                      served.pytriton(),
+                      served.model_analyzer())),
+)}
+
+
+def get_endpoint(name: str) -> Endpoint:
+    try:
+        return ENDPOINTS[name]
+    except KeyError:
+        raise HotpathError(f"endpoint '{name}' is not in the perf registry (hotpath/perf/endpoints.py; known: "
+                           f"{', '.join(ENDPOINTS)})") from None
+
+
+def all_payloads() -> dict[str, Payload]:
+    """Every model's payload, across endpoints."""
+    return {model: p for e in ENDPOINTS.values() for model, p in e.payloads.items()}
