@@ -18,12 +18,32 @@ def _env_int(name: str, default: int) -> int:
 def cmd_engines(args: argparse.Namespace) -> int:
     from hotpath.engines import build_repository
 
+    if args.check:
+        return _check_plans(args)
     t0 = time.perf_counter()
     results = build_repository(args.repository, only=args.model or None, force=args.force)
     counts = {a: sum(r.action == a for r in results) for a in ("built", "skipped", "unchanged")}
     print(f"[engines] done in {time.perf_counter() - t0:.1f}s: "
           + ", ".join(f"{n} {a}" for a, n in counts.items() if n))
     return 0
+
+
+def _check_plans(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from hotpath import paths
+    from hotpath.plans.check import check_plans, format_report
+    from hotpath.spec import load_specs
+    from hotpath.tensorrt import device
+    from hotpath.tensorrt.compat import Target
+
+    found = device.detect() if not (args.gpu or args.compute_capability) else Target()
+    target = Target(args.gpu or found.gpu_name, args.compute_capability or found.compute_capability,
+                    args.tensorrt or found.tensorrt_version)
+    specs = [s for s in load_specs(paths.model_specs_dir()) if not args.model or s.name in args.model]
+    statuses = check_plans(Path(args.repository or paths.model_repository()), specs, target)
+    print(format_report(statuses, target))
+    return 0 if all(s.ok for s in statuses) else 1
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -75,28 +95,37 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _server(url: str | None, model_control: str = "explicit"):
-    """An existing server at `url`, or a local one on free ports for the duration."""
+def _local_server(url: str | None, model_control: str = "explicit", stub_timing: bool = False):
+    """An existing server at `url` (yields None), or a local LocalTriton on free ports for the duration."""
     if url:
-        yield url
+        yield None
         return
     from hotpath.server.ports import ServerPorts, free_ports
     from hotpath.server.process import LocalTriton
 
     http, grpc, metrics = free_ports(3)
-    with LocalTriton(ports=ServerPorts(http, grpc, metrics), model_control=model_control) as server:
-        yield server.grpc_url
+    with LocalTriton(ports=ServerPorts(http, grpc, metrics), model_control=model_control,
+                     stub_timing=stub_timing) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _server(url: str | None, model_control: str = "explicit"):
+    """An existing server at `url`, or a local one on free ports for the duration."""
+    with _local_server(url, model_control) as server:
+        yield url or server.grpc_url
 
 
 def cmd_perf_check(args: argparse.Namespace) -> int:
-    from hotpath.perf.check import check, format_table
+    from hotpath.perf.check import before_measuring, check, format_table
     from hotpath.perf.slo import load_slos
 
     slos = load_slos(args.profile)
     selected = [slos[e] for e in (args.endpoint or sorted(slos))]
+    quiet = before_measuring(selected, args.allow_busy)
     with _server(args.url) as url:
         rows = check(url, selected)
-    print(format_table(rows))
+    print(format_table(rows, quiet))
     missed = [r.slo.endpoint for r in rows if not r.ok]
     if missed:
         print(f"[perf-check] MISSED p95 target: {', '.join(missed)}", file=sys.stderr)
@@ -105,20 +134,21 @@ def cmd_perf_check(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from hotpath.engines import build_repository
+    from hotpath.perf.check import before_measuring
     from hotpath.perf.slo import load_slos
-    from hotpath.perf.spec_writer import write_back
-    from hotpath.perf.tune_run import run_tune
+    from hotpath.perf.tune_run import run_tune, write_winner
 
     slos = load_slos(args.profile)
     if args.endpoint not in slos:
         raise HotpathError(f"no SLO for endpoint '{args.endpoint}' in profile '{args.profile}'")
+    before_measuring([slos[args.endpoint]], args.allow_busy)
     with _server(args.url) as url:
-        best, trials, record = run_tune(url, slos[args.endpoint], args.max_trials)
+        best, trials, record = run_tune(url, slos[args.endpoint], args.max_trials, args.concurrency, args.threads,
+                                        vs_model_analyzer=args.vs_model_analyzer)
     if args.no_write:
         return 0
-    for model, knobs in best.state.items():
-        for change in write_back(model, knobs):
-            print(f"[tune] build/{model}.toml: {change}")
+    for line in write_winner(best, trials[0]):
+        print(f"[tune] {line}")
     build_repository(log=lambda m: None)
     print("[tune] specs updated and config.pbtxt files regenerated")
     return 0
@@ -129,10 +159,38 @@ def cmd_perf(args: argparse.Namespace) -> int:
     from hotpath.perf.slo import load_slos
 
     slos = load_slos(args.profile)
+    if args.explain:
+        return _explain(args, slos)
     endpoints = args.endpoint or sorted(slos)
+    from hotpath.perf.check import before_measuring
+
+    quiet = before_measuring([slos[e] for e in endpoints], args.allow_busy)
     with _server(args.url) as url:
-        run_perf(url, slos, endpoints, quick=args.quick, compare=args.compare, name=args.name)
+        run_perf(url, slos, endpoints, quick=args.quick, compare=args.compare, name=args.name, quiet=quiet)
     return 0
+
+
+def _explain(args: argparse.Namespace, slos: dict) -> int:
+    from hotpath.perf.explain import explain, format_breakdown, write_report
+
+    slo = slos.get(args.explain)
+    if slo is None:
+        raise HotpathError(f"no SLO for endpoint '{args.explain}' in profile '{args.profile}' (perf/slo.toml)")
+    concurrencies = sorted({1, slo.concurrency})
+    with _local_server(args.url, stub_timing=True) as server:
+        url = args.url or server.grpc_url
+        stub_dir = server.stub_timing_dir if server else None
+        results = explain(url, args.explain, slo.input_data, concurrencies, stub_dir=stub_dir)
+    print("\n".join(format_breakdown(results)))
+    print(f"[explain] report: {write_report(results, name=args.name)}")
+    return 0
+
+
+def _allow_busy_flag(p: argparse.ArgumentParser) -> None:
+    from hotpath.perf.quiet import allow_busy_default
+
+    p.add_argument("--allow-busy", action="store_true", default=allow_busy_default(),
+                   help="measure even when other processes keep the CPU busy (env HOTPATH_ALLOW_BUSY=1)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -143,6 +201,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--repository", default=None, help="model repository (default: ./model_repository)")
     p.add_argument("--model", action="append", help="build only this model (repeatable)")
     p.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
+    p.add_argument("--check", action="store_true",
+                   help="build nothing; say which TensorRT plans are missing, stale or incompatible")
+    p.add_argument("--gpu", default="", help="with --check: GPU name (default: this host's)")
+    p.add_argument("--compute-capability", default="", help="with --check: e.g. 9.0 (default: this host's, "
+                                                            "else every one the specs list)")
+    p.add_argument("--tensorrt", default="", help="with --check: TensorRT version of the target runtime")
     p.set_defaults(func=cmd_engines)
 
     p = sub.add_parser("serve", help="serve the repository with a local tritonserver until Ctrl-C")
@@ -174,20 +238,32 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="smoke: two load points per endpoint, short windows")
     p.add_argument("--compare", action="store_true",
                    help="also measure the alternatives: default config, FastAPI, PyTriton, Model Analyzer, floor")
+    p.add_argument("--explain", metavar="ENDPOINT", default=None,
+                   help="trace every request at concurrency 1 and the SLO's load; print where the time goes and "
+                        "write perf/reports/explain-ENDPOINT.md with a timeline")
     p.add_argument("--name", default=None, help="report name (default: perf, perf-quick or compare)")
     p.add_argument("--url", default=None)
+    _allow_busy_flag(p)
     p.set_defaults(func=cmd_perf)
 
     p = sub.add_parser("perf-check", help="fail when an endpoint misses its p95 target at its declared load")
     p.add_argument("--profile", default=os.environ.get("HOTPATH_PERF_PROFILE", "cpu"))
     p.add_argument("--endpoint", action="append", help="check only this endpoint (repeatable)")
     p.add_argument("--url", default=None, help="use a running server instead of starting one")
+    _allow_busy_flag(p)
     p.set_defaults(func=cmd_perf_check)
 
     p = sub.add_parser("tune", help="tune an endpoint's models against its p95 target; write the winner into specs")
     p.add_argument("endpoint")
     p.add_argument("--profile", default=os.environ.get("HOTPATH_PERF_PROFILE", "cpu"))
-    p.add_argument("--max-trials", type=int, default=12)
+    p.add_argument("--max-trials", type=int, default=12, help="measurements in all, confirmations included")
+    p.add_argument("--concurrency", type=lambda v: tuple(int(c) for c in v.split(",")), default=(2, 4, 8),
+                   help="closed-loop sweep, comma-separated (the SLO's declared load is always added)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="most busy threads over all steps (default: the cores, or what the start uses if more)")
+    p.add_argument("--vs-model-analyzer", action="store_true",
+                   help="also let Model Analyzer search the bottleneck step and report both")
+    _allow_busy_flag(p)
     p.add_argument("--url", default=None, help="use a running server (started with explicit model control)")
     p.add_argument("--no-write", action="store_true", help="measure only; leave the specs alone")
     p.set_defaults(func=cmd_tune)

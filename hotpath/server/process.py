@@ -15,6 +15,7 @@ from typing import Callable
 
 from hotpath import paths
 from hotpath.errors import ServerError
+from hotpath.runtime.timing import ENV as STUB_TIMING_ENV
 from hotpath.server.install import TritonInstall, prepare_backend_dir, server_environment
 from hotpath.server.ports import ServerPorts, port_is_free
 from hotpath.server.staging import stage_repository
@@ -31,7 +32,8 @@ class LocalTriton:
 
     def __init__(self, repository: Path | None = None, ports: ServerPorts | None = None,
                  ort_threads: int | None = None, model_control: str = "none",
-                 extra_args: list[str] | None = None, cache_bytes: int | None = None, log: Log = _print):
+                 extra_args: list[str] | None = None, cache_bytes: int | None = None, log: Log = _print,
+                 stub_timing: bool = False):
         self.repository = Path(repository or paths.model_repository())
         self.ports = ports or ServerPorts()
         self.ort_threads = ort_threads
@@ -41,6 +43,11 @@ class LocalTriton:
         self.cache_bytes = cache_bytes if cache_bytes is not None else int(
             os.environ.get("HOTPATH_CACHE_BYTES", 64 * 1024 * 1024))
         self.log = log
+        # Per-execute() timestamps from the Python stubs (hotpath.runtime.timing), for perf --explain.
+        self.stub_timing_dir: Path | None = None
+        if stub_timing:
+            self.stub_timing_dir = paths.work_dir() / "stub-timing" / str(self.ports.grpc)
+        self.trace_file: Path | None = None
         self.process: subprocess.Popen | None = None
         self.log_path: Path | None = None
         self.staged: Path | None = None
@@ -84,10 +91,19 @@ class LocalTriton:
             cmd.append(f"--cache-config=local,size={self.cache_bytes}")
         if self.model_control == "explicit":
             cmd.append("--load-model=*")
+        # Trace file set, tracing off: the trace API (perf --explain) can switch tracing on at run
+        # time, but Triton only accepts the file location at startup.
+        self.trace_file = work / "traces" / f"trace-{self.ports.grpc}.json"
+        self.trace_file.parent.mkdir(parents=True, exist_ok=True)
+        cmd += [f"--trace-config=triton,file={self.trace_file}", "--trace-config=level=OFF"]
+        env = server_environment(install)
+        if self.stub_timing_dir:
+            shutil.rmtree(self.stub_timing_dir, ignore_errors=True)
+            env[STUB_TIMING_ENV] = str(self.stub_timing_dir)
         self.log(f"[serve] starting tritonserver with {len(models)} model(s); log: {self.log_path}")
         with open(self.log_path, "wb") as logfile:
             self.process = subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT,
-                                            env=server_environment(install), start_new_session=True)
+                                            env=env, start_new_session=True)
         self.wait_ready(timeout)
         return self
 

@@ -12,10 +12,12 @@ import triton_python_backend_utils as pb_utils
 from hotpath.runtime.backend_args import model_config, parameters, version_dir
 from hotpath.runtime.batching import run_batched
 from hotpath.runtime.ort_session import make_session
+from hotpath.runtime.timing import ExecuteLog, timed
 
 
 class TritonPythonModel:
     def initialize(self, args):
+        self.execute_log = ExecuteLog.open(args)
         params = parameters(args)
         config = model_config(args)
         self.input_names = [t["name"] for t in config["input"]]
@@ -27,6 +29,7 @@ class TritonPythonModel:
             allow_spinning=params.get("allow_spinning", "false").lower() in ("1", "true"),
         )
 
+    @timed
     def execute(self, requests):
         feeds = [{name: pb_utils.get_input_tensor_by_name(r, name).as_numpy() for name in self.input_names}
                  for r in requests]

@@ -11,17 +11,20 @@ import triton_python_backend_utils as pb_utils
 
 from hotpath.runtime.backend_args import parameters, version_dir
 from hotpath.runtime.text import decode_utf8, encode, load_tokenizer
+from hotpath.runtime.timing import ExecuteLog, timed
 
 OUTPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class TritonPythonModel:
     def initialize(self, args):
+        self.execute_log = ExecuteLog.open(args)
         params = parameters(args)
         self.tokenizer = load_tokenizer(version_dir(args) / params.get("tokenizer_file", "tokenizer.json"),
                                         max_length=int(params["max_length"]),
                                         pad_to_multiple_of=int(params.get("pad_to_multiple_of", 0)) or None)
 
+    @timed
     def execute(self, requests):
         texts, spans, errors = [], [], []
         for request in requests:

@@ -10,10 +10,12 @@ import triton_python_backend_utils as pb_utils
 
 from hotpath.runtime.backend_args import parameters
 from hotpath.runtime.images import ImageInputError, PreprocessOptions, preprocess
+from hotpath.runtime.timing import ExecuteLog, timed
 
 
 class TritonPythonModel:
     def initialize(self, args):
+        self.execute_log = ExecuteLog.open(args)
         p = parameters(args)
         self.options = PreprocessOptions(
             resize_shorter=int(p.get("resize_shorter", 256)),
@@ -23,6 +25,7 @@ class TritonPythonModel:
             fast_jpeg=p.get("fast_jpeg", "true").lower() in ("1", "true"),
         )
 
+    @timed
     def execute(self, requests):
         responses = []
         for request in requests:
