@@ -154,7 +154,7 @@ def _command_line(pid: int, width: int = 60) -> str:
     except OSError:
         return ""
     argv = [part.decode(errors="replace") for part in raw.split(b"\0") if part]
-    text = " ".join([Path(argv[0]).name, *argv[1:]]) if argv else ""
+    text = " ".join(" ".join([Path(argv[0]).name, *argv[1:]]).split()) if argv else ""  # one line
     return text if len(text) <= width else text[:width - 3] + "..."
 
 
