@@ -106,12 +106,14 @@ def fastapi(handler: str, threads: int, what: str) -> Alternative:
         env = {**os.environ, "HOTPATH_ALT_ENDPOINT": ctx.endpoint, "HOTPATH_ALT_HANDLER": handler,
                "HOTPATH_ORT_THREADS": str(threads)}
         with process([sys.executable, "-m", "uvicorn", "--factory", "hotpath.perf.alternatives.fastapi_app:create_app",
-                      "--port", str(port), "--host", "127.0.0.1", "--log-level", "warning", "--no-access-log"],
+                      "--port", str(port), "--host", "127.0.0.1", "--log-level", "warning", "--no-access-log",
+                      "--loop", "uvloop", "--http", "httptools"],  # uvicorn[standard], as deployed
                      f"http://127.0.0.1:{port}/v2/health/ready", env=env):
             yield Target(f"127.0.0.1:{port}", "http", statistics=False)
     note = (f"{what}; `{'def' if handler == 'sync' else 'async def'}` handler"
             f"{', pipeline awaited in the threadpool' if handler == 'async' else ' (FastAPI threadpool)'}; "
-            f"ORT {threads} thread{'s' if threads > 1 else ''}, spinning off; 1 uvicorn worker; KServe v2 HTTP")
+            f"ORT {threads} thread{'s' if threads > 1 else ''}, spinning off; 1 uvicorn worker (uvloop, httptools); "
+            "KServe v2 HTTP")
     return Alternative(f"fastapi-{handler}", f"FastAPI + uvicorn + ORT, {handler} handler", note, serve)
 
 
