@@ -22,6 +22,7 @@ from hotpath.config import render, validate_all
 from hotpath.errors import BuildError
 from hotpath.exporters import get_exporter
 from hotpath.fingerprint import fingerprint, is_fresh, write_stamp
+from hotpath.plans.step import PlanStep, write_plan_files
 from hotpath.spec import ModelSpec, load_specs
 
 Log = Callable[[str], None]
@@ -58,9 +59,11 @@ def resolve_asset(ref: str, spec: ModelSpec) -> Path:
 
 
 def _io_settings(spec: ModelSpec) -> dict:
-    # Only what shapes the exported files: the hotpath table and the tensor signature.
+    # Only what shapes the exported files: the hotpath table (less the TensorRT options, which shape
+    # plans, not the ONNX export) and the tensor signature.
     cfg = json_format.MessageToDict(spec.config, preserving_proto_field_name=True)
-    return {"hotpath": spec.hotpath, "input": cfg.get("input"), "output": cfg.get("output")}
+    hotpath = {k: v for k, v in spec.hotpath.items() if k != "tensorrt"}
+    return {"hotpath": hotpath, "input": cfg.get("input"), "output": cfg.get("output")}
 
 
 def _python_sources(spec: ModelSpec) -> tuple[Path, list[Path]]:
@@ -127,6 +130,7 @@ def build_repository(repository: Path | None = None, only: list[str] | None = No
             raise BuildError(f"no spec for model(s): {', '.join(sorted(unknown))}")
         specs = [s for s in specs if s.name in only]
     log(f"[engines] {len(specs)} model(s) -> {repository}")
+    plans = PlanStep(log)
     results = []
     for i, spec in enumerate(specs, 1):
         t0 = time.perf_counter()
@@ -136,6 +140,8 @@ def build_repository(repository: Path | None = None, only: list[str] | None = No
         version_dir.mkdir(parents=True, exist_ok=True)
         if spec.kind == "onnx":
             action, metrics = _build_onnx(spec, version_dir, force, log)
+            if plans.build(spec, version_dir, force) == "built":
+                action = "built"
         elif spec.kind == "python":
             action, metrics = _build_python(spec, version_dir, force, log)
         else:
@@ -143,6 +149,7 @@ def build_repository(repository: Path | None = None, only: list[str] | None = No
             (version_dir / ".gitkeep").touch()
             action, metrics = "skipped", {}
         wrote = _write_config(spec, model_dir, log)
+        wrote = write_plan_files(spec, model_dir, log) or wrote
         if action == "skipped" and not wrote:
             action = "unchanged"
         elapsed = time.perf_counter() - t0

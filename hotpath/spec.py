@@ -28,7 +28,7 @@ KINDS = ("onnx", "python", "ensemble")
 
 # hotpath-only settings a spec's [hotpath] table may hold, per kind.
 HOTPATH_KEYS = {
-    "onnx": {"kind", "exporter", "parity_atol", "opset"},
+    "onnx": {"kind", "exporter", "parity_atol", "opset", "tensorrt"},
     "python": {"kind", "python_backend", "assets"},
     "ensemble": {"kind"},
 }

@@ -1,0 +1,159 @@
+"""Container start: check every plan against this GPU and TensorRT, rebuild or fail, assemble the repository.
+
+`python3 -m hotpath.tensorrt.startup --repository /models --cache /cache --args-file F` writes the
+repository tritonserver serves (`<cache>/repository`: links into the read-only repository, plus
+plans rebuilt into the cache volume) and the server arguments it needs into F, one per line.
+A model with TensorRT plans is served:
+- from a plan whose manifest fits this GPU and TensorRT version;
+- else, with `--on-incompatible rebuild` (default), from a plan rebuilt now into `<cache>/plans`;
+- else on its ONNX config, when its spec keeps an ONNX fallback;
+- else the start fails, naming the model and the reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from hotpath.tensorrt import builder, device
+from hotpath.tensorrt.compat import Target
+from hotpath.tensorrt.inventory import PlanStatus, plan_status, version_dirs
+from hotpath.tensorrt.recipe import Recipe, config_path, plan_filename, read_recipe
+
+Log = Callable[[str], None]
+
+
+def _say(message: str) -> None:
+    print(f"[startup] {message}", flush=True)
+
+
+@dataclass
+class Startup:
+    """What the start decided: the served repository, server arguments, and fatal problems."""
+
+    repository: Path
+    args: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    decisions: dict[str, str] = field(default_factory=dict)
+
+
+def _rebuild(model_dir: Path, version_dir: Path, recipe: Recipe, target: Target, cache: Path,
+             log: Log) -> PlanStatus:
+    why = builder.unavailable()
+    if why:
+        raise RuntimeError(f"cannot rebuild: {why}")
+    out_dir = cache / "plans" / model_dir.name / version_dir.name
+    calibration_cache = version_dir / recipe.calibration_cache if recipe.calibration_cache else None
+    if recipe.precision == "int8" and not (calibration_cache and calibration_cache.is_file()):
+        raise RuntimeError("cannot rebuild an int8 plan without its calibration cache")
+    job = builder.BuildJob(onnx=version_dir / recipe.onnx, plan=out_dir / plan_filename(target.compute_capability),
+                           recipe=recipe, timing_cache=cache / "timing.cache",
+                           calibration_cache=calibration_cache)
+    seconds = builder.build(job, log)
+    manifest = builder.record(job, target, seconds, {"checked": False, "why": "rebuilt at container start"})
+    return PlanStatus(model_dir.name, version_dir.name, "ok", "rebuilt for this GPU", manifest, out_dir)
+
+
+def _write_plan_model(model_dir: Path, dest: Path, chosen: dict[str, PlanStatus]) -> None:
+    """`dest`: the TensorRT config naming the chosen plan, and links to every version file."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    config = text_format.Parse(config_path(model_dir).read_text(), mc.ModelConfig())
+    plans = {s.manifest.plan for s in chosen.values()}
+    # One plan per version serves this GPU: name it directly rather than through cc_model_filenames,
+    # which would miss a hardware-compatible plan built on another architecture.
+    config.ClearField("cc_model_filenames")
+    config.default_model_filename = sorted(plans)[0] if len(plans) == 1 else "model.plan"
+    dest.mkdir(parents=True)
+    (dest / "config.pbtxt").write_text(text_format.MessageToString(config))
+    for version, status in chosen.items():
+        vdir = dest / version
+        vdir.mkdir()
+        for f in (model_dir / version).iterdir():
+            if not f.name.endswith(".plan"):
+                (vdir / f.name).symlink_to(f.resolve())
+        plan = status.directory / status.manifest.plan
+        (vdir / config.default_model_filename).symlink_to(plan.resolve())
+
+
+def prepare(repository: Path, cache: Path, target: Target, on_incompatible: str = "rebuild",
+            log: Log = _say) -> Startup:
+    """Decide per model and assemble `<cache>/repository`; never starts a server."""
+    repository, cache = Path(repository).resolve(), Path(cache).resolve()
+    served = cache / "repository"
+    if served.exists():
+        shutil.rmtree(served)
+    served.mkdir(parents=True)
+    result = Startup(served)
+    log(f"host: {target.describe() if target.compute_capability else 'no GPU'}")
+    for model_dir in sorted(p for p in repository.iterdir() if (p / "config.pbtxt").is_file()):
+        name, recipe = model_dir.name, read_recipe(model_dir)
+        if recipe is None:
+            (served / name).symlink_to(model_dir, target_is_directory=True)
+            continue
+        if not target.compute_capability:
+            if recipe.onnx_fallback:
+                result.decisions[name] = "onnx fallback (no GPU)"
+                (served / name).symlink_to(model_dir, target_is_directory=True)
+                log(f"{name}: no GPU here; serving its ONNX fallback")
+            else:
+                result.problems.append(f"{name}: needs a GPU (TensorRT plans only; its spec keeps no ONNX fallback)")
+            continue
+        chosen: dict[str, PlanStatus] = {}
+        for version_dir in version_dirs(model_dir):
+            status = plan_status(model_dir, version_dir, recipe, target,
+                                 (cache / "plans" / name / version_dir.name,))
+            log(status.line())
+            if not status.ok and on_incompatible == "rebuild":
+                try:
+                    status = _rebuild(model_dir, version_dir, recipe, target, cache, log)
+                except Exception as exc:  # a failed build must name the model, whatever raised
+                    status = PlanStatus(name, version_dir.name, "failed", f"{status.reason}; {exc}")
+            if not status.ok:
+                break
+            chosen[version_dir.name] = status
+        else:
+            _write_plan_model(model_dir, served / name, chosen)
+            result.decisions[name] = "tensorrt " + ", ".join(s.manifest.plan for s in chosen.values())
+            if any(s.manifest.version_compatible for s in chosen.values()):
+                result.args.append("--backend-config=tensorrt,version-compatible=true")
+            continue
+        if recipe.onnx_fallback:
+            result.decisions[name] = f"onnx fallback ({status.reason})"
+            (served / name).symlink_to(model_dir, target_is_directory=True)
+            log(f"{name}: {status.reason}; serving its ONNX fallback")
+        else:
+            result.problems.append(f"{status.line()} (rebuild with --on-incompatible rebuild, or rebuild the "
+                                   f"image's plans for {target.describe()})")
+    result.args = [f"--model-repository={served}", *sorted(set(result.args))]
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python3 -m hotpath.tensorrt.startup", description=__doc__.splitlines()[0])
+    parser.add_argument("--repository", default="/models")
+    parser.add_argument("--cache", default="/cache")
+    parser.add_argument("--on-incompatible", choices=("rebuild", "fail"), default="rebuild")
+    parser.add_argument("--args-file", required=True, help="where to write tritonserver's arguments")
+    args = parser.parse_args(argv)
+    from hotpath.preflight import check_repository
+
+    result = prepare(Path(args.repository), Path(args.cache), device.detect(), args.on_incompatible)
+    problems = result.problems or check_repository(result.repository)
+    for problem in problems:
+        print(f"[startup] error: {problem}", file=sys.stderr, flush=True)
+    if problems:
+        return 2
+    Path(args.args_file).write_text("\n".join(result.args) + "\n")
+    for name, decision in sorted(result.decisions.items()):
+        _say(f"{name}: {decision}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
