@@ -49,9 +49,12 @@ def _check_plans(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from hotpath.server.ports import ServerPorts
     from hotpath.server.serve import serve_forever
+    from hotpath.server.tracing import OtlpTracing
 
     ports = ServerPorts(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port)
-    return serve_forever(ports, repository=args.repository, ort_threads=args.ort_threads, demo=args.demo)
+    tracing = OtlpTracing(args.trace_otlp, args.trace_rate) if args.trace_otlp else None
+    return serve_forever(ports, repository=args.repository, ort_threads=args.ort_threads, demo=args.demo,
+                         tracing=tracing)
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
@@ -217,6 +220,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ort-threads", type=int, default=None,
                    help="override intra_op_thread_count of ONNX models in the staged copy")
     p.add_argument("--demo", action="store_true", help="send one real request once ready and print it")
+    p.add_argument("--trace-otlp", metavar="URL", default=os.environ.get("HOTPATH_TRACE_OTLP_URL"),
+                   help="OpenTelemetry trace mode: export spans over OTLP/HTTP to URL (host:port/v1/traces)")
+    p.add_argument("--trace-rate", type=int, default=_env_int("HOTPATH_TRACE_RATE", 1000),
+                   help="with --trace-otlp: trace one request in N (default 1000)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("embed", help="embed texts through the text_embedding endpoint (gRPC)")

@@ -86,7 +86,9 @@ class LocalTriton:
                f"--cache-directory={install.root / 'caches'}", f"--http-port={self.ports.http}",
                f"--grpc-port={self.ports.grpc}", f"--metrics-port={self.ports.metrics}",
                "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
-               f"--model-control-mode={self.model_control}", "--log-info=true", *self.extra_args]
+               f"--model-control-mode={self.model_control}", "--log-info=true",
+               # Latency quantiles per model, which the dashboards and alerts of monitoring/ read.
+               "--metrics-config=summary_latencies=true", *self.extra_args]
         if self.cache_bytes:
             cmd.append(f"--cache-config=local,size={self.cache_bytes}")
         if self.model_control == "explicit":

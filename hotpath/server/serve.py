@@ -8,12 +8,13 @@ from pathlib import Path
 
 from hotpath.server.ports import ServerPorts
 from hotpath.server.process import LocalTriton
+from hotpath.server.tracing import OtlpTracing
 
 
 def serve_forever(ports: ServerPorts, repository: Path | None = None, ort_threads: int | None = None,
-                  demo: bool = False) -> int:
+                  demo: bool = False, tracing: OtlpTracing | None = None) -> int:
     """`hotpath serve`: start the server, print endpoints (and a demo request), wait for Ctrl-C/SIGTERM."""
-    server = LocalTriton(repository, ports, ort_threads)
+    server = LocalTriton(repository, ports, ort_threads, extra_args=tracing.flags() if tracing else None)
     stop = {"signal": None}
 
     def _handle(signum, _frame):
@@ -25,6 +26,8 @@ def serve_forever(ports: ServerPorts, repository: Path | None = None, ort_thread
     try:
         print(f"[serve] gRPC    {server.grpc_url}\n[serve] HTTP    http://{server.http_url}\n"
               f"[serve] metrics {server.metrics_url}", flush=True)
+        if tracing:
+            print(f"[serve] traces  OpenTelemetry, 1 request in {tracing.rate} -> {tracing.url}", flush=True)
         if demo:
             from hotpath.demo import show_example
 

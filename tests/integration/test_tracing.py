@@ -1,0 +1,101 @@
+"""`hotpath serve --trace-otlp`: Triton's OpenTelemetry mode sends one request's spans to a receiver on
+loopback; the span tree covers the frontend, the ensemble and every step, and hotpath.perf.trace's
+per-step breakdown reads it."""
+
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+
+import pytest
+
+from hotpath import paths
+from hotpath.client import EmbeddingClient
+from hotpath.perf.otlp import spans, to_fragments
+from hotpath.perf.trace import parse_fragments, request_segments
+from hotpath.server.ports import free_ports
+from tests.otlp_receiver import OtlpReceiver
+
+ENDPOINT, STEPS = "text_embedding", ("tokenizer", "text_encoder")
+
+
+@pytest.fixture(scope="module")
+def traced(tmp_path_factory):
+    """`hotpath serve --trace-otlp` on the text endpoint's models, one uncached request, its spans."""
+    repository = tmp_path_factory.mktemp("repository")
+    for model in (ENDPOINT, *STEPS):
+        (repository / model).symlink_to(paths.model_repository() / model, target_is_directory=True)
+    http, grpc, metrics, otlp = free_ports(4)
+    with OtlpReceiver(otlp) as receiver:
+        cmd = [sys.executable, "-m", "hotpath", "serve", "--repository", str(repository),
+               "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
+               "--trace-otlp", receiver.url, "--trace-rate", "1"]
+        log = tmp_path_factory.mktemp("serve") / "serve.log"
+        with open(log, "w") as out:
+            serve = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            t0 = time.monotonic()
+            while "serving; Ctrl-C" not in log.read_text():
+                assert serve.poll() is None and time.monotonic() - t0 < 120, log.read_text()
+                time.sleep(0.2)
+            with EmbeddingClient(f"127.0.0.1:{grpc}") as client:
+                client.embed([f"trace this request {uuid.uuid4()}"])
+            # Triton's batch span processor exports every 5 s by default.
+            got_all = receiver.wait_for(lambda reqs: {s.name for s in spans(reqs)} >= {ENDPOINT, *STEPS}, 30)
+            assert got_all, f"spans received: {[s.name for s in spans(receiver.requests)]}"
+        finally:
+            serve.send_signal(signal.SIGTERM)
+            serve.wait(60)
+        yield receiver, log.read_text()
+
+
+def test_serve_announces_tracing(traced):
+    _, log = traced
+    assert "[serve] traces  OpenTelemetry, 1 request in 1" in log
+
+
+def test_span_tree_covers_frontend_ensemble_and_steps(traced):
+    receiver, _ = traced
+    assert set(receiver.paths) == {"/v1/traces"}
+    all_spans = spans(receiver.requests)
+    assert len({s.trace_id for s in all_spans}) == 1, "one request, one trace"
+    by_id = {s.span_id: s for s in all_spans}
+    names = Counter(s.name for s in all_spans)
+    assert names[ENDPOINT] == 1 and all(names[s] == 1 for s in STEPS) and names["compute"] == len(STEPS)
+
+    def parent(span):
+        return by_id.get(span.parent_span_id)
+
+    ensemble = next(s for s in all_spans if s.name == ENDPOINT)
+    frontend = parent(ensemble)
+    assert frontend is not None and frontend.parent_span_id == b"", "the frontend span is the root"
+    assert {e.name for e in frontend.events} >= {"GRPC_WAITREAD_END", "GRPC_SEND_START"}
+    for step in STEPS:
+        span = next(s for s in all_spans if s.name == step)
+        assert parent(span) is ensemble
+        compute = [s for s in all_spans if s.name == "compute" and parent(s) is span]
+        assert len(compute) == 1
+        assert [e.name for e in compute[0].events] == ["COMPUTE_START", "COMPUTE_INPUT_END",
+                                                       "COMPUTE_OUTPUT_START", "COMPUTE_END"]
+        # A child lies inside its parent in time.
+        assert ensemble.start_time_unix_nano <= span.start_time_unix_nano <= span.end_time_unix_nano \
+            <= ensemble.end_time_unix_nano
+    resource = {a.key: a.value.string_value for r in receiver.requests for rs in r.resource_spans
+                for a in rs.resource.attributes}
+    assert resource["service.name"] == "hotpath"
+
+
+def test_per_step_breakdown_reads_the_spans(traced):
+    receiver, _ = traced
+    (root,) = parse_fragments(to_fragments(spans(receiver.requests)))
+    assert root.model == ENDPOINT and [c.model for c in root.children] == list(STEPS)
+    segments = request_segments(root)
+    owners = {s.owner for s in segments}
+    assert owners >= {"frontend", ENDPOINT, *STEPS}
+    assert all(s.end_ns >= s.start_ns for s in segments)
+    # Consecutive: each segment starts where the previous one ended, from gRPC read to send.
+    assert all(a.end_ns == b.start_ns for a, b in zip(segments, segments[1:]))
+    encoder = {s.name: s.us for s in segments if s.owner == "text_encoder"}
+    assert encoder["compute infer"] > 0 and "queue" in encoder
