@@ -1,9 +1,29 @@
 #!/usr/bin/env bash
-# Check the repository, then hand the process over to tritonserver (signals reach it directly).
+# Container start: check every TensorRT plan against this GPU and TensorRT version (rebuild what does
+# not fit into the cache volume, or fail fast), check the repository, then exec tritonserver.
 set -euo pipefail
+
 MODEL_REPOSITORY=${MODEL_REPOSITORY:-/models}
-python3 -m hotpath.preflight "$MODEL_REPOSITORY"
-exec tritonserver --model-repository="$MODEL_REPOSITORY" \
+CACHE_DIR=${HOTPATH_CACHE_DIR:-/cache}
+ON_INCOMPATIBLE=${HOTPATH_ON_INCOMPATIBLE:-rebuild}   # rebuild | fail
+TRITONSERVER=${TRITONSERVER:-tritonserver}
+PYTHON=${PYTHON:-python3}
+# Restricted endpoints (shared memory, repository, trace, logging) need this header value.
+ADMIN_KEY=${HOTPATH_ADMIN_KEY:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
+
+mkdir -p "$CACHE_DIR"
+args_file="$CACHE_DIR/tritonserver.args"
+"$PYTHON" -m hotpath.tensorrt.startup --repository "$MODEL_REPOSITORY" --cache "$CACHE_DIR" \
+  --on-incompatible "$ON_INCOMPATIBLE" --args-file "$args_file"
+mapfile -t startup_args < "$args_file"
+
+# Ready only when every model is; drain in-flight requests for up to HOTPATH_EXIT_TIMEOUT_SECS after
+# SIGTERM; no model loading over the API; configs exactly as written.
+exec "$TRITONSERVER" "${startup_args[@]}" \
   --http-port="${HTTP_PORT:-8000}" --grpc-port="${GRPC_PORT:-8001}" --metrics-port="${METRICS_PORT:-8002}" \
+  --strict-readiness=true --exit-on-error=true --exit-timeout-secs="${HOTPATH_EXIT_TIMEOUT_SECS:-30}" \
+  --model-control-mode=none --disable-auto-complete-config \
+  --http-restricted-api="shared-memory,model-repository,trace,logging:admin-key=${ADMIN_KEY}" \
+  --grpc-restricted-protocol="shared-memory,model-repository,trace,logging:admin-key=${ADMIN_KEY}" \
   --cache-config="local,size=${RESPONSE_CACHE_BYTES:-268435456}" \
-  --strict-readiness=true --exit-on-error=true "$@"
+  "$@"

@@ -1,0 +1,101 @@
+"""docker/entrypoint.sh on this machine: the local tritonserver binary, no GPU, production flags.
+
+The repository holds a TensorRT model whose spec keeps a fallback (served by it here, since there
+is no GPU) and, in the second test, one without (the start must fail before tritonserver runs).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from hotpath import paths
+from hotpath.server.install import TritonInstall, prepare_backend_dir, server_environment
+from hotpath.server.ports import free_ports
+from tests import planrepo
+
+ENTRYPOINT = paths.ROOT / "docker" / "entrypoint.sh"
+
+
+def _start(repo, cache, ports, extra_env=None):
+    install = TritonInstall.find()
+    backends = prepare_backend_dir(install, paths.work_dir() / "backends")
+    env = {**server_environment(install), "TRITONSERVER": str(install.binary), "MODEL_REPOSITORY": str(repo),
+           "HOTPATH_CACHE_DIR": str(cache), "HTTP_PORT": str(ports[0]), "GRPC_PORT": str(ports[1]),
+           "METRICS_PORT": str(ports[2]), "RESPONSE_CACHE_BYTES": "1048576", "HOTPATH_ADMIN_KEY": "s3cret",
+           "HOTPATH_EXIT_TIMEOUT_SECS": "5", **(extra_env or {})}
+    env["PATH"] = ":".join(p for p in env["PATH"].split(":") if "nvidia" not in p)  # no GPU tools
+    args = [f"--backend-directory={backends}", f"--cache-directory={install.root / 'caches'}",
+            "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1"]
+    return subprocess.Popen(["bash", str(ENTRYPOINT), *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _request(url, method="GET", headers=None):
+    req = urllib.request.Request(url, method=method, headers=headers or {}, data=b"{}" if method == "POST" else None)
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (urllib.error.URLError, ConnectionError):
+        return 0
+
+
+@pytest.fixture
+def served(tmp_path):
+    ports = free_ports(3)
+    proc = _start(planrepo.make_repository(tmp_path), tmp_path / "cache", ports)
+    base = f"http://127.0.0.1:{ports[0]}"
+    deadline = time.monotonic() + 120
+    while _request(f"{base}/v2/health/ready") != 200:
+        if proc.poll() is not None or time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
+            pytest.fail(f"entrypoint did not become ready:\n{proc.stdout.read()}")
+        time.sleep(0.25)
+    yield proc, ports, base
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_entrypoint_serves_the_fallback_without_gpu_and_restricts_admin_apis(served):
+    proc, ports, base = served
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{ports[0]}")
+    x = np.arange(8, dtype=np.float32).reshape(2, 4)
+    inp = httpclient.InferInput("X", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    np.testing.assert_array_equal(client.infer("scaler", [inp]).as_numpy("Y"), x * 2)
+    assert client.is_model_ready("echo")
+    client.close()  # an open keep-alive connection would hold the drain below until its timeout
+    # Model control is off and the repository API needs the admin key.
+    assert _request(f"{base}/v2/repository/index", "POST") == 403
+    assert _request(f"{base}/v2/repository/index", "POST", {"admin-key": "s3cret"}) == 200
+    assert _request(f"{base}/v2/repository/models/echo/unload", "POST", {"admin-key": "s3cret"}) != 200
+    assert _request(f"{base}/v2/systemsharedmemory/status") == 403
+    assert _request(f"{base}/v2/models/scaler/config") == 200
+    # SIGTERM reaches tritonserver itself (exec): it drains within HOTPATH_EXIT_TIMEOUT_SECS and exits 0.
+    os.killpg(proc.pid, signal.SIGTERM)
+    code = proc.wait(timeout=30)
+    out = proc.stdout.read()
+    assert code == 0, out[-3000:]
+    assert "[startup] scaler: onnx fallback (no GPU)" in out
+
+
+def test_entrypoint_fails_fast_when_a_plan_only_model_meets_no_gpu(tmp_path):
+    repo = planrepo.make_repository(tmp_path, onnx_fallback=False)
+    t0 = time.monotonic()
+    proc = _start(repo, tmp_path / "cache", free_ports(3))
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 2, out
+    assert "error: scaler: needs a GPU (TensorRT plans only; its spec keeps no ONNX fallback)" in out
+    assert "Started GRPCInferenceService" not in out and time.monotonic() - t0 < 30
+    assert not (tmp_path / "cache" / "tritonserver.args").exists()
+    json.loads((repo / "scaler" / "configs" / "tensorrt.build.json").read_text())  # the recipe it judged by
