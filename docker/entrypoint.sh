@@ -17,6 +17,15 @@ args_file="$CACHE_DIR/tritonserver.args"
   --on-incompatible "$ON_INCOMPATIBLE" --args-file "$args_file"
 mapfile -t startup_args < "$args_file"
 
+# OpenTelemetry traces over OTLP/HTTP when HOTPATH_TRACE_OTLP_URL is set (host:port/v1/traces), one
+# request in HOTPATH_TRACE_RATE: the flags `hotpath serve --trace-otlp` passes (hotpath/server/tracing.py).
+trace_args=()
+if [ -n "${HOTPATH_TRACE_OTLP_URL:-}" ]; then
+  trace_args=(--trace-config=mode=opentelemetry "--trace-config=opentelemetry,url=${HOTPATH_TRACE_OTLP_URL}"
+    "--trace-config=opentelemetry,resource=service.name=${HOTPATH_TRACE_SERVICE:-hotpath}"
+    "--trace-config=rate=${HOTPATH_TRACE_RATE:-1000}" --trace-config=level=TIMESTAMPS)
+fi
+
 # Ready only when every model is; drain in-flight requests for up to HOTPATH_EXIT_TIMEOUT_SECS after
 # SIGTERM; no model loading over the API; configs exactly as written.
 exec "$TRITONSERVER" "${startup_args[@]}" \
@@ -26,4 +35,5 @@ exec "$TRITONSERVER" "${startup_args[@]}" \
   --http-restricted-api="shared-memory,model-repository,trace,logging:admin-key=${ADMIN_KEY}" \
   --grpc-restricted-protocol="shared-memory,model-repository,trace,logging:admin-key=${ADMIN_KEY}" \
   --cache-config="local,size=${RESPONSE_CACHE_BYTES:-268435456}" \
+  --metrics-config=summary_latencies=true "${trace_args[@]}" \
   "$@"

@@ -1,0 +1,131 @@
+"""Cold start: process start to READY, per-model load and warmup, first request with and without warmup.
+
+Three measurements, each on a fresh tritonserver:
+- startup: process start -> /v2/health/ready, with each model's load span from Triton's log
+  (models load in parallel, so the spans overlap);
+- reload: each step model unloaded and loaded again through explicit model control, as configured
+  and with its `model_warmup` removed: the difference is what warmup costs at load time;
+- first request: the first request of every endpoint right after READY, against the median of the
+  next ones, with the repository as configured and with every `model_warmup` removed.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import tritonclient.grpc as grpcclient
+
+from hotpath.client import text_input
+from hotpath.config import read_config, to_pbtxt
+from hotpath.monitoring.endpoints import Endpoint
+from hotpath.perf.endpoints import get_endpoint
+from hotpath.perf.reload import load_config, served_config
+from hotpath.server.ports import ServerPorts, free_ports
+from hotpath.server.process import LocalTriton
+
+_STAMP = re.compile(r'^[IWE](\d{4}) (\d\d:\d\d:\d\d\.\d+) .*"(loading: |successfully loaded \')([^:\']+)')
+
+
+def load_spans(log_text: str, year: int | None = None) -> dict[str, tuple[float, float]]:
+    """Per model: (start, end) of its load in epoch seconds, from Triton's 'loading'/'successfully loaded' lines."""
+    year = year or datetime.now().year
+    spans: dict[str, list[float]] = {}
+    for line in log_text.splitlines():
+        m = _STAMP.match(line)
+        if not m:
+            continue
+        t = datetime.strptime(f"{year}{m.group(1)} {m.group(2)}", "%Y%m%d %H:%M:%S.%f").timestamp()
+        model, done = m.group(4), m.group(3).startswith("successfully")
+        spans.setdefault(model, [t, t])[1 if done else 0] = t
+    return {m: (s, e) for m, (s, e) in spans.items()}
+
+
+def without_warmup(repository: Path, models: tuple[str, ...], target: Path) -> Path:
+    """A copy of `models` from `repository` whose configs have no model_warmup (version dirs linked)."""
+    for name in models:
+        src, dest = repository / name, target / name
+        dest.mkdir(parents=True)
+        config = read_config(src)
+        config.ClearField("model_warmup")
+        (dest / "config.pbtxt").write_text(to_pbtxt(config))
+        for version in (v for v in src.iterdir() if v.is_dir()):
+            (dest / version.name).symlink_to(version.resolve(), target_is_directory=True)
+    return target
+
+
+def linked(repository: Path, models: tuple[str, ...], target: Path) -> Path:
+    for name in models:
+        (target / name).symlink_to((repository / name).resolve(), target_is_directory=True)
+    return target
+
+
+def _request(client: grpcclient.InferenceServerClient, endpoint: str, unique: bool) -> float:
+    """One request with a real input; ms. Texts get a unique suffix so the response cache misses."""
+    sample = get_endpoint(endpoint).samples()[0]
+    if unique and isinstance(sample, str):
+        sample = f"{sample} {uuid.uuid4()}"
+    name = client.get_model_metadata(endpoint, as_json=True)["inputs"][0]["name"]
+    t0 = time.perf_counter()
+    client.infer(endpoint, [text_input(name, [sample])])
+    return (time.perf_counter() - t0) * 1e3
+
+
+@dataclass
+class Startup:
+    ready_s: float
+    loads: dict[str, tuple[float, float]]   # model -> (start, end) seconds after process start
+    first_ms: dict[str, float]
+    warm_ms: dict[str, float]
+
+
+def measure_startup(repository: Path, endpoints: list[Endpoint], warm_requests: int = 20) -> Startup:
+    """Start a server on `repository`, time READY, then the first and following requests per endpoint."""
+    http, grpc, metrics = free_ports(3)
+    server = LocalTriton(repository, ServerPorts(http, grpc, metrics), log=lambda m: None)
+    t0 = time.time()
+    server.start()
+    ready = time.time() - t0
+    try:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        first = {e.name: _request(client, e.name, unique=True) for e in endpoints}
+        warm = {e.name: statistics.median(_request(client, e.name, unique=True) for _ in range(warm_requests))
+                for e in endpoints}
+        client.close()
+    finally:
+        server.stop()
+    loads = {m: (s - t0, e - t0) for m, (s, e) in load_spans(server.log_path.read_text()).items()}
+    return Startup(ready, loads, first, warm)
+
+
+def measure_reloads(repository: Path, models: list[str]) -> dict[str, tuple[float, float]]:
+    """Per model: seconds to load it through the API (as configured, without model_warmup)."""
+    http, grpc, metrics = free_ports(3)
+    out = {}
+    with LocalTriton(repository, ServerPorts(http, grpc, metrics), model_control="explicit", log=lambda m: None) as s:
+        client = grpcclient.InferenceServerClient(s.grpc_url)
+        for model in models:
+            config = served_config(client, model)
+            bare = type(config)()
+            bare.CopyFrom(config)
+            bare.ClearField("model_warmup")
+            times = []
+            for variant in (config, bare):
+                client.unload_model(model)
+                t0 = time.perf_counter()
+                load_config(client, model, variant)
+                times.append(time.perf_counter() - t0)
+            load_config(client, model, config)
+            out[model] = (times[0], times[1])
+        client.close()
+    return out
+
+
+def scratch(prefix: str) -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix))
