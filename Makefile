@@ -15,7 +15,7 @@ help:
 	@echo "make perf-compare  the same, side by side with the alternatives -> perf/reports/compare.md"
 	@echo "make perf-check    fail when an endpoint misses its p95 target (perf/slo.toml); refuses on a busy"
 	@echo "                   machine unless HOTPATH_ALLOW_BUSY=1"
-	@echo "make tune ENDPOINT=text_embedding  tune an endpoint, write the winner into build/*.toml"
+	@echo "make tune ENDPOINT=text_embedding  tune an endpoint, write the winner into build/*.toml (TUNE_ARGS=--max-trials 8)"
 
 setup:
 	@bash scripts/setup.sh
@@ -46,7 +46,7 @@ perf-check: engines
 
 ENDPOINT ?= text_embedding
 tune: engines
-	@$(HOTPATH) tune $(ENDPOINT)
+	@$(HOTPATH) tune $(ENDPOINT) $(TUNE_ARGS)
 
 clean:
 	rm -rf .hotpath model_repository/*/[0-9]*/*.onnx model_repository/*/[0-9]*/*.json model_repository/*/[0-9]*/.hotpath-build.json

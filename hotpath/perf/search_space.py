@@ -1,82 +1,165 @@
-"""The knobs the tuner turns, per model, and how a knob value maps onto a ModelConfig."""
+"""What the tuner may try next: one-rung moves of any step's knob, and joint moves across steps.
+
+A joint move changes two knobs at once where either alone would lose: on a small CPU, a second
+encoder instance only pays with fewer ORT threads per instance, and a second tokenizer instance
+only with one encoder thread less. Every state keeps the busy threads of all steps (instances x
+threads per instance) within a budget, by default the cores of the host or what the start
+already uses, whichever is more.
+"""
 
 from __future__ import annotations
 
+import itertools
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-# Ordered value ladders: the tuner moves one rung at a time.
-QUEUE_DELAYS_US = (0, 250, 500, 1000, 2000, 4000, 8000)
-PREFERRED_SIZES = ((), (4,), (8,), (4, 8), (8, 16), (16,))
-INSTANCE_COUNTS = (1, 2, 3)
-ORT_THREADS = (1, 2, 4)
+from hotpath.perf.knobs import IntraOpThreads, InstanceCount, Knob, knobs_for, read_knobs
+from hotpath.perf.knobs import apply_knobs  # noqa: F401  (compare.py imports it from here)
+from hotpath.perf.stats import step_cost
+
+State = dict[str, dict[str, Any]]          # model -> knob name -> value
+
+
+def state_key(state: State) -> str:
+    """A stable, hashable form of a state (tuples and lists compare equal)."""
+    return repr(sorted((m, sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kn.items()))
+                       for m, kn in state.items()))
 
 
 @dataclass(frozen=True)
-class Knob:
-    name: str
-    values: tuple
+class Change:
+    model: str
+    knob: str
+    old: Any
+    new: Any
 
-    def neighbors(self, current: Any) -> list[Any]:
-        """The values one rung below and above `current` (or the closest rung if off-ladder)."""
-        if current not in self.values:
-            return [min(self.values, key=lambda v: _distance(v, current))]
-        i = self.values.index(current)
-        return [self.values[j] for j in (i - 1, i + 1) if 0 <= j < len(self.values)]
+    def __str__(self) -> str:
+        return f"{self.model}.{self.knob}: {_show(self.old)} -> {_show(self.new)}"
 
 
-def _distance(a: Any, b: Any) -> float:
-    if isinstance(a, tuple) or isinstance(b, tuple):
-        return abs(sum(a or (0,)) - sum(b or (0,)))
-    return abs(a - b)
+def _show(v: Any) -> str:
+    return str(list(v)) if isinstance(v, tuple) else str(v)
 
 
-def knobs_for(config: mc.ModelConfig, min_batch: int) -> list[Knob]:
-    """The knobs that apply to one model: batching only when it batches, ORT threads for ONNX models."""
-    knobs = []
-    if config.max_batch_size > 0:
-        knobs.append(Knob("max_queue_delay_microseconds", QUEUE_DELAYS_US))
-        sizes = tuple(s for s in PREFERRED_SIZES if all(v <= config.max_batch_size for v in s))
-        knobs.append(Knob("preferred_batch_size", sizes))
-    knobs.append(Knob("instance_count", INSTANCE_COUNTS))
-    if "intra_op_thread_count" in config.parameters:
-        knobs.append(Knob("intra_op_thread_count", ORT_THREADS))
-    return knobs
+@dataclass(frozen=True)
+class Move:
+    changes: tuple[Change, ...]
+
+    def apply(self, state: State) -> State:
+        out = {m: dict(kn) for m, kn in state.items()}
+        for c in self.changes:
+            out[c.model][c.knob] = c.new
+        return out
+
+    def __str__(self) -> str:
+        return " + ".join(str(c) for c in self.changes)
 
 
-def read_knobs(config: mc.ModelConfig) -> dict[str, Any]:
-    """Current knob values of a config."""
-    values: dict[str, Any] = {"instance_count": sum(g.count for g in config.instance_group) or 1}
-    if config.max_batch_size > 0:
-        db = config.dynamic_batching
-        values["max_queue_delay_microseconds"] = int(db.max_queue_delay_microseconds)
-        preferred = tuple(db.preferred_batch_size)
-        # Triton reports an unset preferred size as [max_batch_size]; both mean "no preference".
-        values["preferred_batch_size"] = () if preferred == (config.max_batch_size,) else preferred
-    if "intra_op_thread_count" in config.parameters:
-        values["intra_op_thread_count"] = int(config.parameters["intra_op_thread_count"].string_value or 0)
-    return values
+class SearchSpace:
+    """The knobs of an endpoint's step models, their ladders and the thread budget that bounds them."""
+
+    def __init__(self, configs: dict[str, mc.ModelConfig], cores: int | None = None,
+                 thread_budget: int | None = None):
+        self.cores = cores or os.cpu_count() or 1
+        self.knobs: dict[str, list[Knob]] = {m: knobs_for(c) for m, c in configs.items()}
+        self.ladders = {m: {k.name: k.ladder(c) for k in self.knobs[m]} for m, c in configs.items()}
+        self.start: State = {m: read_knobs(c) for m, c in configs.items()}
+        self.thread_budget = thread_budget or max(self.cores, self.threads(self.start))
+
+    def threads(self, state: State) -> int:
+        """Threads the steps keep busy: instances x ORT threads (1 for other backends; 0 threads = all cores)."""
+        total = 0
+        for knobs in state.values():
+            per_instance = knobs.get(IntraOpThreads.name, 1) or self.cores
+            total += knobs.get(InstanceCount.name, 1) * per_instance
+        return total
+
+    def fits(self, state: State) -> bool:
+        return self.threads(state) <= self.thread_budget
+
+    def single_moves(self, state: State) -> list[Move]:
+        return [Move((Change(m, k.name, state[m][k.name], v),))
+                for m in state for k in self.knobs[m]
+                for v in k.neighbors(state[m][k.name], self.ladders[m][k.name])]
+
+    def moves(self, state: State) -> list[Move]:
+        """Every move from `state` that stays within the thread budget, singles first, then joint moves."""
+        singles = self.single_moves(state)
+        joint: list[Move] = []
+        # Layout: one thread more in one place, one less in another (same step or across steps).
+        resource = [mv for mv in singles if mv.changes[0].knob in (InstanceCount.name, IntraOpThreads.name)]
+        for a, b in itertools.combinations(resource, 2):
+            ca, cb = a.changes[0], b.changes[0]
+            if (ca.model, ca.knob) == (cb.model, cb.knob):
+                continue
+            da, db = self._thread_delta(state, a), self._thread_delta(state, b)
+            if da * db < 0:
+                joint.append(Move((ca, cb)))
+        # Batching: every step's queue delay one rung down (or up) together, so no step keeps
+        # waiting for a batch that the step before it no longer forms.
+        delays = [mv.changes[0] for mv in singles if mv.changes[0].knob == "max_queue_delay_microseconds"]
+        for direction in (-1, 1):
+            together = tuple(c for c in delays if (c.new - c.old) * direction > 0)
+            if len(together) > 1:
+                joint.append(Move(together))
+        seen, out = set(), []
+        for mv in singles + joint:
+            key = state_key(mv.apply(state))
+            if key not in seen and self.fits(mv.apply(state)):
+                seen.add(key)
+                out.append(mv)
+        return out
+
+    def _thread_delta(self, state: State, move: Move) -> int:
+        return self.threads(move.apply(state)) - self.threads(state)
 
 
-def apply_knobs(config: mc.ModelConfig, values: dict[str, Any]) -> mc.ModelConfig:
-    """A copy of `config` with knob values applied."""
-    out = mc.ModelConfig()
-    out.CopyFrom(config)
-    for name, value in values.items():
-        if name == "max_queue_delay_microseconds":
-            out.dynamic_batching.max_queue_delay_microseconds = int(value)
-        elif name == "preferred_batch_size":
-            del out.dynamic_batching.preferred_batch_size[:]
-            out.dynamic_batching.preferred_batch_size.extend(value)
-        elif name == "instance_count":
-            if not out.instance_group:
-                out.instance_group.add(kind=mc.ModelInstanceGroup.KIND_CPU)
-            out.instance_group[0].count = int(value)
-            del out.instance_group[1:]
-        elif name == "intra_op_thread_count":
-            out.parameters["intra_op_thread_count"].string_value = str(value)
-        else:
-            raise KeyError(f"unknown knob {name}")
-    return out
+# How much each kind of move is worth trying, given one step's breakdown. `share`: the step's part
+# of all server time per request at the declared load; `queued`: the part of the step's own time
+# spent in its queue; `low_*`: the same at the lightest load of the sweep.
+def _component_score(change: Change, share: float, queued: float, batch: float, low_share: float,
+                     low_queued: float) -> float:
+    up = change.new > change.old if not isinstance(change.new, tuple) else sum(change.new) > sum(change.old)
+    if change.knob == "max_queue_delay_microseconds":
+        if up:
+            return 0.5 * share * (1 - queued)
+        # Down when requests wait for batches that never fill (at low load, or batches of ~1 at load).
+        return low_share * low_queued + (share * queued if batch < 1.5 else 0.0)
+    if change.knob == InstanceCount.name:
+        return share * queued if up else 0.1 * share
+    if change.knob == IntraOpThreads.name:
+        return share * (1 - queued) if up else 0.2 * share
+    return 0.25 * share
+
+
+def _shares(steps: dict[str, dict[str, float]], models: set[str]) -> dict[str, float]:
+    costs = {m: step_cost(steps.get(m, {})) for m in models}
+    total = sum(costs.values()) or 1.0
+    return {m: c / total for m, c in costs.items()}
+
+
+def _queued(step: dict[str, float]) -> float:
+    cost = step_cost(step)
+    return step.get("queue_us", 0.0) / cost if cost else 0.0
+
+
+def rank_moves(moves: list[Move], steps: dict[str, dict[str, float]],
+               low_load_steps: dict[str, dict[str, float]] | None = None) -> list[Move]:
+    """Moves ordered by what the server-side breakdown suggests: the costliest step's cure first.
+
+    `steps` is the breakdown at the declared load; `low_load_steps` the one at the lightest load
+    of the sweep (where queue delays show up as pure waiting)."""
+    low = low_load_steps or {}
+    models = {c.model for mv in moves for c in mv.changes}
+    share, low_share = _shares(steps, models), _shares(low, models)
+
+    def score(mv: Move) -> float:
+        return sum(_component_score(c, share[c.model], _queued(steps.get(c.model, {})),
+                                    steps.get(c.model, {}).get("avg_batch", 1.0), low_share[c.model],
+                                    _queued(low.get(c.model, {})))
+                   for c in mv.changes)
+
+    return sorted(moves, key=lambda mv: (-score(mv), str(mv)))

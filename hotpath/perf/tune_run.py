@@ -3,19 +3,42 @@
 from __future__ import annotations
 
 import json
+import os
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import tritonclient.grpc as grpcclient
+from google.protobuf import json_format
+from tritonclient.utils import InferenceServerException
 
 from hotpath import paths
+from hotpath.errors import HotpathError
 from hotpath.perf.analyzer import Measurement
+from hotpath.perf.endpoints import get_endpoint
+from hotpath.perf.knobs import apply_knobs, read_knobs
 from hotpath.perf.measure import endpoint_steps, measure, response_cache_off
 from hotpath.perf.reload import load_config, served_config
-from hotpath.perf.search_space import apply_knobs, read_knobs
+from hotpath.perf.search_space import SearchSpace, State
 from hotpath.perf.slo import Slo
-from hotpath.perf.stats import bottleneck
-from hotpath.perf.tuner import State, Trial, tune
+from hotpath.perf.spec_writer import write_back
+from hotpath.perf.tuner import Objective, Point, Trial, bottleneck_step, tune
+
+# Tuning compares many configs: shorter windows than a report sweep, confirmed wins make up for it.
+TUNE_MEASUREMENT = Measurement(2000, 30, 5)
+TUNE_SWEEP = (2, 4, 8)
+
+
+@dataclass
+class Rival:
+    """Model Analyzer's search of the bottleneck step, measured with hotpath's objective."""
+
+    step: str
+    search_seconds: float
+    configs_measured: int
+    settings: dict
+    trial: Trial | None = None
+    error: str = ""
 
 
 def runs_dir() -> Path:
@@ -24,57 +47,165 @@ def runs_dir() -> Path:
     return d
 
 
-def run_tune(url: str, slo: Slo, max_trials: int = 12, measurement: Measurement = Measurement(),
-             log=print) -> tuple[Trial, list[Trial], Path]:
-    """Tune every step of `slo.endpoint` at its declared load; returns (best, trials, trial log path)."""
-    client = grpcclient.InferenceServerClient(url)
-    models = endpoint_steps(slo.endpoint)
-    base = {m: served_config(client, m) for m in models}
-    loaded: State = {m: read_knobs(c) for m, c in base.items()}
-    record = runs_dir() / f"tune-{slo.endpoint}-{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
+class LiveEvaluator:
+    """Apply a state to the server (reloading only the models whose knobs changed) and sweep it."""
 
-    def evaluate(state: State, change: str) -> Trial:
+    def __init__(self, url: str, slo: Slo, objective: Objective, measurement: Measurement, record: Path, log=print):
+        self.url, self.slo, self.objective, self.measurement, self.record = url, slo, objective, measurement, record
+        self.client = grpcclient.InferenceServerClient(url)
+        self.models = [m for m in endpoint_steps(slo.endpoint) if m != slo.endpoint]
+        self.base = {m: served_config(self.client, m) for m in self.models}
+        self.loaded: dict[str, dict | None] = {m: read_knobs(c) for m, c in self.base.items()}
+        self.log = log
+
+    def load(self, state: State) -> None:
         for m, knobs in state.items():
-            if knobs != loaded[m]:
-                load_config(client, m, apply_knobs(base[m], knobs))
-                loaded[m] = dict(knobs)
-        point = measure(url, slo.endpoint, "concurrency", slo.concurrency, slo.input_data, measurement)
-        trial = Trial(0, {m: dict(k) for m, k in state.items()}, point.p95_ms, point.p50_ms, point.throughput,
-                      point.steps, change)
-        if change != "restore best":
-            with open(record, "a") as f:
-                f.write(json.dumps(trial.to_dict()) + "\n")
+            if knobs != self.loaded[m]:
+                self.loaded[m] = None   # unknown until the load succeeds
+                load_config(self.client, m, apply_knobs(self.base[m], knobs))
+                self.loaded[m] = dict(knobs)
+
+    def __call__(self, state: State, change: str) -> Trial:
+        """One trial of the search, appended to the trial log as soon as it is measured."""
+        trial = self.sweep(state, change)
+        with open(self.record, "a") as f:
+            f.write(json.dumps(trial.to_dict()) + "\n")
         return trial
 
-    log(f"[tune] {slo.endpoint}: steps {', '.join(models)}; target p95 <= {slo.p95_ms:g} ms at concurrency "
-        f"{slo.concurrency}; budget {max_trials} trials; log {record}")
-    t0 = time.perf_counter()
+    def sweep(self, state: State, change: str) -> Trial:
+        t0 = time.perf_counter()
+        points: list[Point] = []
+        try:
+            self.load(state)
+            for c in self.objective.sweep:
+                missed = any(p.p95_ms > self.objective.target_ms for p in points)
+                if missed and c != self.objective.declared:
+                    continue  # closed-loop p95 only grows with concurrency: it would miss too
+                pp = measure(self.url, self.slo.endpoint, "concurrency", c, self.slo.input_data, self.measurement)
+                points.append(Point(c, pp.p50_ms, pp.p95_ms, pp.throughput, pp.steps))
+        except (HotpathError, InferenceServerException) as exc:
+            change = f"{change} (failed: {str(exc).splitlines()[0][:80]})"
+        return Trial(0, {m: dict(k) for m, k in state.items()}, points, change, seconds=time.perf_counter() - t0)
+
+
+def run_tune(url: str, slo: Slo, max_trials: int = 12, concurrencies: tuple[int, ...] = TUNE_SWEEP,
+             thread_budget: int | None = None, measurement: Measurement = TUNE_MEASUREMENT,
+             vs_model_analyzer: bool = False, log=print) -> tuple[Trial, list[Trial], Path]:
+    """Tune every step of `slo.endpoint`; returns (best, trials, trial log path) and writes the summary report."""
+    objective = Objective(slo.p95_ms, tuple(concurrencies), slo.concurrency)
+    record = runs_dir() / f"tune-{slo.endpoint}-{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
+    evaluate = LiveEvaluator(url, slo, objective, measurement, record, log)
+    space = SearchSpace(evaluate.base, thread_budget=thread_budget)
+    # What the search started from, so that a recorded run can be replayed (tests/unit/test_tuner.py).
+    record.with_suffix(".start.json").write_text(json.dumps({
+        "objective": asdict(objective), "cores": space.cores, "thread_budget": space.thread_budget,
+        "configs": {m: json_format.MessageToDict(c, preserving_proto_field_name=True) for m, c in evaluate.base.items()},
+    }, indent=1))
+    log(f"[tune] {slo.endpoint}: steps {', '.join(evaluate.models)}; objective: throughput at p95 <= "
+        f"{slo.p95_ms:g} ms over concurrency {', '.join(map(str, objective.sweep))}, ties by p95 at "
+        f"{slo.concurrency}; threads <= {space.thread_budget} on {space.cores} cores; budget {max_trials} trials; "
+        f"log {record}")
+    rival = None
+    load = [os.getloadavg()[0]]
     with response_cache_off(url, slo.endpoint):
-        best, trials = tune(base, evaluate, slo.p95_ms, max_trials, log)
-    # Rewrite the log with final numbering and acceptance (lines were appended as measured).
-    record.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in trials))
-    evaluate(best.state, "restore best")  # leave the server running the winner
-    elapsed = time.perf_counter() - t0
-    log(f"[tune] {len(trials)} trials in {elapsed:.0f}s; best: trial {best.number} "
-        f"p95 {best.p95_ms:.1f} ms, {best.throughput:.1f}/s")
-    write_summary(slo, best, trials, elapsed)
+        t0 = time.perf_counter()
+        best, trials = tune(space, evaluate, objective, max_trials, log)
+        seconds = time.perf_counter() - t0
+        # Rewrite the log with final numbering and acceptance (lines were appended as measured).
+        record.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in trials))
+        if vs_model_analyzer:
+            rival = model_analyzer_rival(evaluate, space, objective, get_endpoint(slo.endpoint).searched_step, log)
+        evaluate.load(best.state)  # leave the server running the winner
+    load.append(os.getloadavg()[0])
+    log(f"[tune] {len(trials)} trials in {seconds:.0f}s; best: trial {best.number} ({best.change}): "
+        f"{objective.describe(best)}")
+    command = (f"hotpath tune {slo.endpoint} --max-trials {max_trials} --concurrency "
+               f"{','.join(map(str, concurrencies))}" + (" --vs-model-analyzer" if vs_model_analyzer else ""))
+    write_summary(slo.endpoint, command, objective, space, best, trials, seconds, rival, load)
     return best, trials, record
 
 
-def write_summary(slo: Slo, best: Trial, trials: list[Trial], seconds: float) -> Path:
-    """perf/reports/tune-<endpoint>.md: every trial, the winner, the search cost."""
-    lines = [f"# tune: {slo.endpoint}", "",
-             f"`hotpath tune {slo.endpoint}`: {len(trials)} trials in {seconds:.0f} s, target p95 <= {slo.p95_ms:g} ms "
-             f"at concurrency {slo.concurrency}. Coordinate descent on the bottleneck step (hotpath/perf/tuner.py).",
-             "", "| # | change | p50 ms | p95 ms | infer/s | bottleneck step | kept |", "|---|---|---|---|---|---|---|"]
+def write_winner(best: Trial, start: Trial, specs_dir: Path | None = None) -> list[str]:
+    """Write the knobs the tuner moved into build/<model>.toml (read afresh); returns what changed."""
+    return [f"build/{model}.toml: {change}" for model, knobs in best.state.items()
+            for change in write_back(model, knobs, specs_dir, start=start.state.get(model, {}))]
+
+
+def model_analyzer_rival(evaluate: LiveEvaluator, space: SearchSpace, objective: Objective, step: str,
+                         log=print) -> Rival:
+    """Let Model Analyzer search `step` alone (it cannot search ensembles), then sweep its pick in the ensemble."""
+    from hotpath.perf.alternatives.model_analyzer import run_model_analyzer
+
+    try:
+        ma = run_model_analyzer(step, objective.target_ms, list(objective.sweep), log=log)
+    except HotpathError as exc:
+        log(f"[tune] model analyzer failed: {exc}")
+        return Rival(step, 0.0, 0, {}, error=str(exc).splitlines()[0])
+    settings = {k: v for k, v in ma.best_settings.items() if k in space.start[step]}
+    state = {**space.start, step: {**space.start[step], **settings}}
+    trial = evaluate.sweep(state, f"Model Analyzer's pick for {step}")
+    log(f"[tune] model analyzer: {ma.configs_measured} configs of {step} in {ma.search_seconds:.0f}s; "
+        f"its pick {settings}: {objective.describe(trial)}")
+    return Rival(step, ma.search_seconds, ma.configs_measured, settings, trial)
+
+
+def _state_text(state: State, start: State | None = None) -> str:
+    """Knob values per step; with `start`, only those that differ from it."""
+    parts = []
+    for m, kn in state.items():
+        vals = [f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in kn.items()
+                if start is None or start.get(m, {}).get(k) != v]
+        if vals:
+            parts.append(f"{m}: " + ", ".join(vals))
+    return "; ".join(parts) or "(start config)"
+
+
+def write_summary(endpoint: str, command: str, objective: Objective, space: SearchSpace, best: Trial, trials: list[Trial],
+                  seconds: float, rival: Rival | None = None, load: list[float] | None = None) -> Path:
+    """perf/reports/tune-<endpoint>.md: every trial, the winner, the search cost, Model Analyzer beside it."""
+    sweep = objective.sweep
+    lines = [
+        f"# tune: {endpoint}", "",
+        f"`{command}`: {len(trials)} trials in {seconds:.0f} s "
+        f"({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}). Objective: throughput at p95 <= "
+        f"{objective.target_ms:g} ms over closed-loop concurrency {', '.join(map(str, sweep))}; ties broken by p95 "
+        f"at the declared load ({objective.declared}). Threads (instances x ORT threads, summed over steps) <= "
+        f"{space.thread_budget} on {space.cores} cores. Moves ranked by the server-side breakdown; a win is kept "
+        f"only when a second measurement confirms it (hotpath/perf/tuner.py). Trial log: perf/runs/."
+        + (f" Host load average (1 min) at start / end: {load[0]:.1f} / {load[-1]:.1f} on {space.cores} cores "
+           f"(anything well above the cores means other work shared the CPU and the numbers are noisy)."
+           if load else ""), "",
+        "| # | change | within target /s | " + " | ".join(f"p95 @{c} ms" for c in sweep)
+        + " | bottleneck | s | kept |",
+        "|---|---|---:|" + "---:|" * len(sweep) + "---|---:|---|",
+    ]
     for t in trials:
-        worst = bottleneck({m: s for m, s in t.steps.items() if m != slo.endpoint}) or "-"
-        lines.append(f"| {t.number} | {t.change} | {t.p50_ms:.1f} | {t.p95_ms:.1f} | {t.throughput:.1f} | {worst} "
-                     f"| {'yes' if t.accepted else ''} |")
-    lines += ["", f"Winner: trial {best.number}: " + "; ".join(
-        f"{m}: " + ", ".join(f"{k}={list(v) if isinstance(v, tuple) else v}" for k, v in kn.items())
-        for m, kn in best.state.items()), ""]
-    path = paths.ROOT / "perf" / "reports" / f"tune-{slo.endpoint}.md"
+        p95s = [f"{p.p95_ms:.1f}" if (p := t.at(c)) else "-" for c in sweep]
+        worst = bottleneck_step(t, objective, list(space.start)) if t.points else "-"
+        lines.append(f"| {t.number} | {t.change} | {objective.goodput(t):.1f} | " + " | ".join(p95s)
+                     + f" | {worst} | {t.seconds:.0f} | {'yes' if t.accepted else ''} |")
+    base = trials[0]
+    lines += ["", f"Start: {_state_text(space.start)}.", "",
+              f"Winner: trial {best.number}: {_state_text(best.state, space.start)}; "
+              f"{objective.describe(best)} (start: {objective.describe(base)}).", ""]
+    lines += ["## Against Triton Model Analyzer", ""]
+    if rival is None:
+        lines.append("Not run this time (`hotpath tune ENDPOINT --vs-model-analyzer`).")
+    elif rival.trial is None:
+        lines.append(f"Model Analyzer failed on {rival.step}: {rival.error}")
+    else:
+        lines += [
+            f"Model Analyzer cannot search ensembles: it searched the endpoint's heaviest step ({rival.step}) alone, "
+            f"{rival.configs_measured} configs (hotpath/perf/alternatives/model_analyzer.py); its pick was then "
+            f"measured in the ensemble with the same objective.", "",
+            "| searcher | best config | within target /s | p95 @%d ms | search time s |" % objective.declared,
+            "|---|---|---:|---:|---:|",
+            f"| hotpath tune | {_state_text(best.state, space.start)} | {objective.goodput(best):.1f} | "
+            f"{objective.tie_p95(best):.1f} | {seconds:.0f} |",
+            f"| Model Analyzer | {rival.step}: {rival.settings} | {objective.goodput(rival.trial):.1f} | "
+            f"{objective.tie_p95(rival.trial):.1f} | {rival.search_seconds:.0f} |",
+        ]
+    path = paths.ROOT / "perf" / "reports" / f"tune-{endpoint}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines))
+    path.write_text("\n".join(lines) + "\n")
     return path

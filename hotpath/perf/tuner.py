@@ -1,115 +1,147 @@
-"""Coordinate descent on the bottleneck step, against a p95 target at a declared load.
+"""Hill climbing over all steps' knobs at once, ranked by the server-side breakdown, against a p95 target.
 
-Brute force over all knobs of all steps is combinatorial (Model Analyzer's approach, and it
-cannot search ensembles at all). Instead, each round reads the server-side breakdown of the best
-trial so far, picks the step with the most queue + compute time per request, and tries one-rung
-moves of that step's knobs (queue delay, preferred batch sizes, instances, ORT threads), keeping a
-move only when it wins. When no move of the bottleneck wins, the next-worst step gets a round;
-the search stops when a full round over all steps finds nothing or the trial budget is spent.
+Objective: the highest throughput among the points of a short concurrency sweep whose p95 meets
+the target; the p95 at the declared load breaks ties. Brute force over every knob of every step
+is combinatorial (Model Analyzer's approach, and it cannot search ensembles at all). Instead each
+round takes the moves of the best state so far (single rungs and joint moves, hotpath.perf.search_space),
+ranks them by the best trial's breakdown (queue vs compute per step) and measures them in that
+order. The first move that wins is measured a second time and kept only when it wins again; then
+the moves are ranked afresh. The search stops when no move wins or the trial budget is spent.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
-from tritonclient.grpc import model_config_pb2 as mc
-
-from hotpath.perf.search_space import Knob, knobs_for, read_knobs
+from hotpath.errors import HotpathError
+from hotpath.perf.search_space import SearchSpace, State, rank_moves, state_key
 from hotpath.perf.stats import step_cost
 
-State = dict[str, dict[str, Any]]          # model -> knob -> value
+
+@dataclass
+class Point:
+    concurrency: int
+    p50_ms: float
+    p95_ms: float
+    throughput: float
+    steps: dict[str, dict[str, float]] = field(default_factory=dict)   # server-side breakdown per model
 
 
 @dataclass
 class Trial:
     number: int
     state: State
-    p95_ms: float
-    p50_ms: float
-    throughput: float
-    steps: dict[str, dict[str, float]] = field(default_factory=dict)
+    points: list[Point]
     change: str = "baseline"
     accepted: bool = False
+    seconds: float = 0.0
+
+    def at(self, concurrency: int) -> Point | None:
+        return next((p for p in self.points if p.concurrency == concurrency), None)
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        d["state"] = {m: {k: list(v) if isinstance(v, tuple) else v for k, v in kn.items()} for m, kn in self.state.items()}
+        d["state"] = {m: {k: list(v) if isinstance(v, tuple) else v for k, v in kn.items()}
+                      for m, kn in self.state.items()}
         return d
 
-
-def better(a: Trial, b: Trial | None, target_ms: float) -> bool:
-    """Is `a` better than `b`? Meeting the target first, then throughput; else lower p95."""
-    if b is None:
-        return True
-    a_ok, b_ok = a.p95_ms <= target_ms, b.p95_ms <= target_ms
-    if a_ok != b_ok:
-        return a_ok
-    if a_ok:
-        return a.throughput > b.throughput * 1.02  # ignore wins inside measurement noise
-    return a.p95_ms < b.p95_ms * 0.98
+    @classmethod
+    def from_dict(cls, d: dict) -> "Trial":
+        state = {m: {k: tuple(v) if isinstance(v, list) else v for k, v in kn.items()} for m, kn in d["state"].items()}
+        return cls(d["number"], state, [Point(**p) for p in d["points"]], d["change"], d["accepted"],
+                   d.get("seconds", 0.0))
 
 
-def step_ranking(steps: dict[str, dict[str, float]], models: list[str]) -> list[str]:
-    """Tunable models, worst (most server time per request) first."""
-    return sorted(models, key=lambda m: step_cost(steps.get(m, {})), reverse=True)
+@dataclass(frozen=True)
+class Objective:
+    """Throughput at p95 <= target over a concurrency sweep; p95 at the declared load breaks ties."""
+
+    target_ms: float
+    concurrencies: tuple[int, ...]
+    declared: int
+    noise: float = 0.03     # differences inside this fraction are measurement noise on a shared host
+
+    @property
+    def sweep(self) -> tuple[int, ...]:
+        return tuple(sorted(set(self.concurrencies) | {self.declared}))
+
+    def goodput(self, t: Trial) -> float:
+        return max((p.throughput for p in t.points if p.p95_ms <= self.target_ms), default=0.0)
+
+    def tie_p95(self, t: Trial) -> float:
+        p = t.at(self.declared)
+        return p.p95_ms if p else float("inf")
+
+    def better(self, a: Trial, b: Trial | None) -> bool:
+        """Does `a` beat `b` by more than noise? Throughput within target first, then p95 at the declared load."""
+        if b is None:
+            return True
+        ga, gb = self.goodput(a), self.goodput(b)
+        if ga > gb * (1 + self.noise):
+            return True
+        if gb > ga * (1 + self.noise):
+            return False
+        return self.tie_p95(a) < self.tie_p95(b) * (1 - self.noise)
+
+    def describe(self, t: Trial) -> str:
+        tie = t.at(self.declared)
+        tie_text = f"p95 {tie.p95_ms:.1f} ms at concurrency {self.declared}" if tie else "not measured"
+        return f"{self.goodput(t):.1f}/s within {self.target_ms:g} ms, {tie_text}"
 
 
-def _key(state: State) -> tuple:
-    return tuple(sorted((m, tuple(sorted(kn.items()))) for m, kn in state.items()))
+Evaluate = Callable[[State, str], Trial]
 
 
-def tune(configs: dict[str, mc.ModelConfig], evaluate: Callable[[State, str], Trial], target_ms: float,
-         max_trials: int = 12, log: Callable[[str], None] = print) -> tuple[Trial, list[Trial]]:
-    """Search knob values of `configs` (the endpoint's step models); returns (best, all trials).
+def tune(space: SearchSpace, evaluate: Evaluate, objective: Objective, max_trials: int = 12,
+         log: Callable[[str], None] = print) -> tuple[Trial, list[Trial]]:
+    """Search `space` from its start state; returns (best, every trial in order).
 
-    `evaluate(state, change)` applies a state to the server, measures it and returns a Trial.
-    """
-    knobs: dict[str, list[Knob]] = {m: knobs_for(c, 1) for m, c in configs.items()}
-    state: State = {m: read_knobs(c) for m, c in configs.items()}
-    trials = [evaluate(state, "baseline")]
-    best = trials[0]
+    `evaluate(state, change)` applies a state to the server, sweeps it and returns a Trial."""
+    trials: list[Trial] = []
+
+    def run(state: State, change: str) -> Trial:
+        t = evaluate(state, change)
+        t.number = len(trials)
+        trials.append(t)
+        log(_line(t, objective))
+        return t
+
+    best = run(space.start, "baseline")
+    if not best.points:
+        raise HotpathError(f"the starting configuration could not be measured: {best.change}")
     best.accepted = True
-    seen = {_key(state)}
-    log(_describe(best, target_ms))
-    while len(trials) < max_trials:
+    seen = {state_key(space.start)}
+    improved = True
+    while improved and len(trials) < max_trials:
         improved = False
-        for model in step_ranking(best.steps, list(configs)):
-            for knob in knobs[model]:
-                for value in knob.neighbors(best.state[model][knob.name]):
-                    if len(trials) >= max_trials:
-                        break
-                    candidate = {m: dict(kn) for m, kn in best.state.items()}
-                    candidate[model][knob.name] = value
-                    if _key(candidate) in seen:
-                        continue
-                    seen.add(_key(candidate))
-                    change = f"{model}.{knob.name}: {best.state[model][knob.name]} -> {value}"
-                    trial = evaluate(candidate, change)
-                    trial.number = len(trials)
-                    trials.append(trial)
-                    log(_describe(trial, target_ms))
-                    if better(trial, best, target_ms) and len(trials) < max_trials:
-                        # One measurement on a shared 2-core host moves +-10%: a win must repeat.
-                        confirm = evaluate(candidate, f"{change} (confirm)")
-                        confirm.number = len(trials)
-                        trials.append(confirm)
-                        if better(confirm, best, target_ms):
-                            confirm.accepted = True
-                            best = confirm
-                            improved = True
-                        log(_describe(confirm, target_ms))
-                if improved:
-                    break
-            if improved:
-                break  # re-rank steps from the new best trial's breakdown
-        if not improved:
-            break
+        low = best.at(min(objective.sweep))
+        high = best.at(objective.declared) or best.points[-1]
+        for move in rank_moves(space.moves(best.state), high.steps, low.steps if low else None):
+            if len(trials) >= max_trials:
+                break
+            candidate = move.apply(best.state)
+            if state_key(candidate) in seen:
+                continue
+            seen.add(state_key(candidate))
+            trial = run(candidate, str(move))
+            if objective.better(trial, best) and len(trials) < max_trials:
+                # One measurement on a shared 2-core host moves +-10%: a win must repeat.
+                confirm = run(candidate, f"{move} (confirm)")
+                if objective.better(confirm, best):
+                    confirm.accepted = True
+                    best = confirm
+                    improved = True
+                    log(f"[tune] kept: {move}")
+                    break  # rank the moves afresh from the new best trial's breakdown
     return best, trials
 
 
-def _describe(t: Trial, target_ms: float) -> str:
-    mark = "accepted" if t.accepted else "rejected"
-    ok = "meets" if t.p95_ms <= target_ms else "misses"
-    return (f"[tune] trial {t.number:2d} {t.change:<55} p95 {t.p95_ms:7.1f} ms ({ok} {target_ms:g}) "
-            f"p50 {t.p50_ms:7.1f} ms {t.throughput:7.1f}/s  {mark}")
+def bottleneck_step(t: Trial, objective: Objective, models: list[str]) -> str:
+    """The step with the most server time per request at the declared load."""
+    p = t.at(objective.declared) or t.points[-1]
+    return max(models, key=lambda m: step_cost(p.steps.get(m, {})))
+
+
+def _line(t: Trial, objective: Objective) -> str:
+    return f"[tune] trial {t.number:2d} {t.change:<60} {objective.describe(t)}"

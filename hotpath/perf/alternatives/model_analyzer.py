@@ -48,8 +48,10 @@ def ma_venv(log=print) -> Path:
     return exe
 
 
-def run_model_analyzer(model: str, target_p95_ms: float, concurrency: int, log=print,
+def run_model_analyzer(model: str, target_p95_ms: float, concurrency: int | list[int], log=print,
                        timeout_s: float = 900) -> ModelAnalyzerResult:
+    """Search 6 configs of `model` alone (instances x queue delay) at `concurrency` (one load or a sweep)."""
+    loads = [concurrency] if isinstance(concurrency, int) else list(concurrency)
     exe = ma_venv(log)
     work = paths.work_dir() / "model-analyzer"
     shutil.rmtree(work, ignore_errors=True)
@@ -79,7 +81,7 @@ def run_model_analyzer(model: str, target_p95_ms: float, concurrency: int, log=p
                 "dynamic_batching": {"max_queue_delay_microseconds": [0, 1000, 4000]},
                 "instance_group": [{"kind": "KIND_CPU", "count": [1, 2]}],
             },
-            "parameters": {"concurrency": [concurrency]},
+            "parameters": {"concurrency": loads},
             "constraints": {"perf_latency_p95": {"max": target_p95_ms}},
         }},
         "objectives": {"perf_throughput": 10},
@@ -92,7 +94,8 @@ def run_model_analyzer(model: str, target_p95_ms: float, concurrency: int, log=p
     env = server_environment(install)
     # MA starts both tritonserver and perf_analyzer from this environment: both library paths.
     env["LD_LIBRARY_PATH"] = ":".join([env["LD_LIBRARY_PATH"], perf_analyzer_env()["LD_LIBRARY_PATH"]])
-    log(f"[perf]      model analyzer {MA_VERSION}: manual search of {model} (6 configs at concurrency {concurrency})")
+    log(f"[perf]      model analyzer {MA_VERSION}: manual search of {model} (6 configs at concurrency "
+        f"{', '.join(map(str, loads))})")
     t0 = time.perf_counter()
     proc = subprocess.run([str(exe), "profile", "-f", str(cfg_path)], env=env, capture_output=True, text=True,
                           timeout=timeout_s, cwd=work)
