@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
-APT_PACKAGES=(libb64-0d prometheus)   # perf_analyzer links libb64.so.0d; prometheus + promtool for monitoring/
+APT_PACKAGES=(libb64-0d prometheus nginx)   # perf_analyzer links libb64.so.0d; prometheus + promtool: monitoring/; nginx: local replicas
 
 say() { echo "[setup] $*"; }
 
