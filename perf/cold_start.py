@@ -7,12 +7,15 @@ import argparse
 import platform
 import statistics
 import sys
+import tempfile
 from datetime import datetime, timezone
+from pathlib import Path
 
 from hotpath import paths
 from hotpath.monitoring.endpoints import load_endpoints
-from hotpath.perf.cold_start import linked, measure_reloads, measure_startup, scratch, without_warmup
+from hotpath.perf.cold_start import measure_reloads, measure_startup, without_warmup
 from hotpath.perf.quiet import allow_busy_default, require_quiet
+from hotpath.server.subset import linked
 
 REPORT = paths.ROOT / "perf" / "reports" / "cold_start.md"
 
@@ -34,8 +37,8 @@ def main() -> int:
     models = tuple(dict.fromkeys(m for e in endpoints for m in e.models))
     steps = [m for m in models if m not in {e.name for e in endpoints}]
     repo = paths.model_repository()
-    variants = {"warmup as configured": linked(repo, models, scratch("cold-warm-")),
-                "no model_warmup": without_warmup(repo, models, scratch("cold-bare-"))}
+    variants = {"warmup as configured": linked(models),
+                "no model_warmup": without_warmup(repo, models, Path(tempfile.mkdtemp(prefix="cold-bare-")))}
     runs = {v: [] for v in variants}
     for i in range(args.runs):
         for variant in (list(variants) if i % 2 == 0 else list(variants)[::-1]):   # alternate the order

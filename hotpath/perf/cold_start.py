@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import statistics
-import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -57,12 +56,6 @@ def without_warmup(repository: Path, models: tuple[str, ...], target: Path) -> P
         (dest / "config.pbtxt").write_text(to_pbtxt(config))
         for version in (v for v in src.iterdir() if v.is_dir()):
             (dest / version.name).symlink_to(version.resolve(), target_is_directory=True)
-    return target
-
-
-def linked(repository: Path, models: tuple[str, ...], target: Path) -> Path:
-    for name in models:
-        (target / name).symlink_to((repository / name).resolve(), target_is_directory=True)
     return target
 
 
@@ -125,7 +118,3 @@ def measure_reloads(repository: Path, models: list[str]) -> dict[str, tuple[floa
             out[model] = (times[0], times[1])
         client.close()
     return out
-
-
-def scratch(prefix: str) -> Path:
-    return Path(tempfile.mkdtemp(prefix=prefix))

@@ -1,0 +1,106 @@
+"""Kill one replica under a bounded closed-loop load through the gateway; see what failed and how fast
+traffic moved. Used by tests/integration/test_scaleout.py and perf/failover.py."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from hotpath.client import text_input
+from hotpath.scaleout.nginx import Hop, LocalNginx, parse_access_log
+from hotpath.scaleout.replicas import LocalReplicas
+
+
+@dataclass
+class Call:
+    start: float
+    end: float
+    error: str = ""      # gRPC status of a failed call, "" when it succeeded
+
+    @property
+    def ms(self) -> float:
+        return (self.end - self.start) * 1e3
+
+
+@dataclass
+class Failover:
+    killed: str                       # gRPC address of the killed replica
+    kill_at: float
+    calls: list[Call]
+    hops: list[Hop] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[Call]:
+        return [c for c in self.calls if c.error]
+
+    @property
+    def in_flight_at_kill(self) -> list[Call]:
+        return [c for c in self.calls if c.start < self.kill_at < c.end]
+
+    @property
+    def retried(self) -> list[Hop]:
+        return [h for h in self.hops if len(h.upstreams) > 1]
+
+    @property
+    def infer_hops(self) -> list[Hop]:
+        return [h for h in self.hops if h.uri.endswith("/ModelInfer")]
+
+    def served_share(self, after: bool) -> dict[str, int]:
+        """Inference requests answered per replica before (or after) the kill."""
+        out: dict[str, int] = {}
+        for h in self.infer_hops:
+            if (h.at >= self.kill_at) == after and h.status == 200:
+                out[h.served_by] = out.get(h.served_by, 0) + 1
+        return out
+
+    @property
+    def last_try_on_killed_ms(self) -> float:
+        """How long after the kill the gateway still sent a request to the dead replica (then retried)."""
+        tries = [h.at for h in self.hops if self.killed in h.upstreams and h.at >= self.kill_at]
+        return (max(tries) - self.kill_at) * 1e3 if tries else 0.0
+
+    def latency_ms(self, start: float, end: float) -> tuple[float, float]:
+        """Median and max latency of calls that started in [start, end)."""
+        window = [c.ms for c in self.calls if start <= c.start < end and not c.error]
+        return (statistics.median(window), max(window)) if window else (0.0, 0.0)
+
+
+def run(replicas: LocalReplicas, gateway: LocalNginx, model: str, input_name: str, clients: int = 4,
+        duration_s: float = 10.0, kill_after_s: float = 4.0, kill_index: int = 0) -> Failover:
+    """`clients` closed loops of unique texts through the gateway; replica `kill_index` gets SIGKILL."""
+    calls: list[Call] = []
+    lock = threading.Lock()
+    t0 = time.time()
+    stop = t0 + duration_s
+
+    def loop():
+        client = grpcclient.InferenceServerClient(gateway.grpc_url)
+        while time.time() < stop:
+            start = time.time()
+            try:
+                client.infer(model, [text_input(input_name, [f"failover probe {uuid.uuid4()}"])], client_timeout=30)
+                error = ""
+            except InferenceServerException as exc:
+                error = str(exc.status() or "UNKNOWN")
+            with lock:
+                calls.append(Call(start, time.time(), error))
+        client.close()
+
+    threads = [threading.Thread(target=loop) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    time.sleep(kill_after_s)
+    kill_at = time.time()
+    replicas.kill(kill_index)
+    for t in threads:
+        t.join()
+    time.sleep(0.2)   # the access log line of the last request
+    result = Failover(replicas.grpc_urls[kill_index], kill_at, sorted(calls, key=lambda c: c.start))
+    result.hops = parse_access_log(gateway.access_log.read_text())
+    return result

@@ -1,0 +1,159 @@
+"""NGINX (Debian's 1.22) as a gRPC load balancer over local replicas: config built with crossplane."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import crossplane
+
+from hotpath.errors import HotpathError
+
+# Stateless inference and read-only calls may run twice: retry them on another replica even when
+# the request already reached one (NGINX never retries a POST, which every gRPC call is, without
+# `non_idempotent`). Repository, shared-memory and trace calls change state and are not retried.
+IDEMPOTENT = ("ModelInfer", "ModelReady", "ServerReady", "ServerLive", "ModelMetadata", "ModelConfig",
+              "ServerMetadata", "ModelStatistics")
+LOG_FORMAT = "$msec|$request_uri|$status|$upstream_addr|$upstream_status|$upstream_trailer_grpc_status|$request_time"
+
+
+def _d(directive: str, *args, block: list | None = None) -> dict:
+    out = {"directive": directive, "args": [str(a) for a in args]}
+    if block is not None:
+        out["block"] = block
+    return out
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    listen_port: int
+    upstreams: tuple[str, ...]          # host:port of each replica's gRPC endpoint
+    retry: bool = True                  # retry idempotent calls on another replica
+    fail_timeout_s: int = 10            # a failed replica is skipped this long before it is tried again
+
+
+def config(settings: GatewaySettings, workdir: Path) -> list[dict]:
+    """The whole nginx.conf as crossplane directives."""
+    servers = [_d("server", u, "max_fails=1", f"fail_timeout={settings.fail_timeout_s}s") for u in settings.upstreams]
+    retry = [_d("grpc_next_upstream", "error", "timeout", "http_502", "http_503", "non_idempotent"),
+             _d("grpc_next_upstream_tries", len(settings.upstreams))] if settings.retry else \
+            [_d("grpc_next_upstream", "off")]
+    temp = [_d(f"{kind}_temp_path", workdir / "tmp" / kind) for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")]
+    return [
+        _d("daemon", "off"),
+        _d("worker_processes", 1),
+        _d("pid", workdir / "nginx.pid"),
+        _d("error_log", workdir / "error.log", "warn"),
+        _d("events", block=[_d("worker_connections", 1024)]),
+        _d("http", block=[
+            _d("log_format", "hotpath", LOG_FORMAT),
+            _d("access_log", workdir / "access.log", "hotpath"),
+            *temp,
+            _d("client_body_buffer_size", "8m"),   # request bodies stay in memory
+            _d("client_max_body_size", "16m"),
+            _d("upstream", "triton_grpc", block=[_d("least_conn"), *servers, _d("keepalive", 32)]),
+            _d("server", block=[
+                _d("listen", f"127.0.0.1:{settings.listen_port}", "http2"),
+                _d("grpc_connect_timeout", "1s"),
+                _d("location", "~", f"^/inference\\.GRPCInferenceService/({'|'.join(IDEMPOTENT)})$", block=[
+                    _d("grpc_pass", "grpc://triton_grpc"), *retry]),
+                _d("location", "/", block=[_d("grpc_pass", "grpc://triton_grpc"),
+                                           _d("grpc_next_upstream", "error", "timeout")]),
+            ]),
+        ]),
+    ]
+
+
+def render(directives: list[dict]) -> str:
+    return crossplane.build(directives) + "\n"
+
+
+@dataclass
+class Hop:
+    """One line of the access log: a request and the replicas NGINX tried for it."""
+
+    at: float
+    uri: str
+    status: int
+    upstreams: tuple[str, ...]
+    grpc_status: str
+
+    @property
+    def served_by(self) -> str:
+        return self.upstreams[-1] if self.upstreams else ""
+
+
+def parse_access_log(text: str) -> list[Hop]:
+    """Access log lines (LOG_FORMAT) as hops; tried upstreams come as "a, b" in one field."""
+    hops = []
+    for line in text.splitlines():
+        fields = line.split("|")
+        if len(fields) != 7:
+            continue
+        msec, uri, status, addrs, _, grpc_status, _ = fields
+        hops.append(Hop(float(msec), uri, int(status), tuple(a for a in addrs.split(", ") if a not in ("", "-")),
+                        grpc_status))
+    return hops
+
+
+class LocalNginx:
+    """One NGINX master + worker on loopback, in a scratch prefix; config checked with `nginx -t` first."""
+
+    def __init__(self, settings: GatewaySettings):
+        self.settings = settings
+        self.dir = Path(tempfile.mkdtemp(prefix="hotpath-nginx-"))
+        self.process: subprocess.Popen | None = None
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.settings.listen_port}"
+
+    @property
+    def access_log(self) -> Path:
+        return self.dir / "access.log"
+
+    def _cmd(self, *extra: str) -> list[str]:
+        exe = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not os.path.exists(exe):
+            raise HotpathError("no `nginx` binary: scripts/setup.sh installs Debian's nginx package")
+        return [exe, "-p", str(self.dir), "-c", str(self.dir / "nginx.conf"), "-e", str(self.dir / "error.log"), *extra]
+
+    def start(self, timeout: float = 10.0) -> "LocalNginx":
+        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+            (self.dir / "tmp" / kind).mkdir(parents=True, exist_ok=True)
+        self.dir.chmod(0o755)   # workers run as an unprivileged user when the master is root
+        text = render(config(self.settings, self.dir))
+        (self.dir / "nginx.conf").write_text(text)
+        check = subprocess.run(self._cmd("-t", "-q"), capture_output=True, text=True)
+        if check.returncode != 0:
+            raise HotpathError(f"nginx rejected its config:\n{check.stderr}\n{text}")
+        self.process = subprocess.Popen(self._cmd(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        t0 = time.monotonic()
+        while not (self.dir / "nginx.pid").exists():
+            if self.process.poll() is not None or time.monotonic() - t0 > timeout:
+                raise HotpathError(f"nginx did not start: {(self.dir / 'error.log').read_text()[-2000:]}")
+            time.sleep(0.05)
+        return self
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGQUIT)   # graceful: finish in-flight requests
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> "LocalNginx":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,87 @@
+"""What the dashboards show on this machine at each endpoint's declared load, next to perf_analyzer.
+
+    .venv/bin/python perf/monitoring_snapshot.py [--allow-busy]   # writes perf/reports/monitoring.md
+
+A local tritonserver, Debian's Prometheus scraping it every second with the generated cpu rules,
+perf_analyzer at the SLO's concurrency per endpoint; then the recorded series are read back.
+"""
+
+import argparse
+import sys
+from datetime import datetime, timezone
+
+from hotpath import paths
+from hotpath.monitoring.endpoints import load_endpoints
+from hotpath.monitoring.local import LocalPrometheus
+from hotpath.perf.analyzer import Measurement, run
+from hotpath.perf.quiet import allow_busy_default, require_quiet
+from hotpath.perf.slo import load_slos
+from hotpath.server.ports import ServerPorts, free_ports
+from hotpath.server.process import LocalTriton
+from hotpath.server.subset import linked
+
+REPORT = paths.ROOT / "perf" / "reports" / "monitoring.md"
+
+
+def value(prometheus: LocalPrometheus, expr: str) -> dict[str, float]:
+    return {s["metric"].get("model", s["metric"].get("instance", "")): float(s["value"][1])
+            for s in prometheus.query(expr)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--allow-busy", action="store_true", default=allow_busy_default())
+    args = parser.parse_args()
+    quiet = require_quiet(args.allow_busy)
+    endpoints = load_endpoints(args.profile)
+    slos = load_slos(args.profile)
+    models = tuple(dict.fromkeys(m for e in endpoints for m in e.models))
+    http, grpc, metrics, prom = free_ports(4)
+    rules = paths.ROOT / "monitoring" / "rules" / f"hotpath-{args.profile}.rules.yml"
+    lines = ["# What the dashboards read on this machine", "",
+             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `.venv/bin/python perf/monitoring_snapshot.py`: "
+             f"local tritonserver, Debian Prometheus 2.42 scraping every second with "
+             f"`monitoring/rules/hotpath-{args.profile}.rules.yml`, perf_analyzer at each endpoint's declared "
+             f"concurrency (perf/slo.toml), one endpoint at a time. Machine: {quiet.summary()}.", ""]
+    with LocalTriton(linked(models), ServerPorts(http, grpc, metrics),
+                     extra_args=["--metrics-interval-ms=1000"], log=lambda m: None) as server, \
+            LocalPrometheus([f"127.0.0.1:{metrics}"], [rules], prom) as prometheus:
+        for e in endpoints:
+            slo = slos[e.name]
+            point = run(e.name, server.grpc_url, "concurrency", slo.concurrency, slo.input_data,
+                        measurement=Measurement(interval_ms=10000))
+            m = f'{{model="{e.name}"}}'
+            q = {name: value(prometheus, f"hotpath:request_latency_ms:{name}{m}").get(e.name) for name in ("p50", "p95", "p99")}
+            steps_queue = value(prometheus, "hotpath:queue_ms_per_request:rate1m")
+            steps_compute = value(prometheus, "hotpath:compute_ms_per_request:rate1m")
+            cpu = value(prometheus, "max_over_time(nv_cpu_utilization[30s])")
+            pending = value(prometheus, f"max_over_time(sum by (model) (nv_inference_pending_request_count{{model=~\"{'|'.join(e.models)}\"}})[30s:1s])")
+            lines += [f"## {e.name} at concurrency {slo.concurrency} (target p95 {slo.p95_ms:g} ms)", "",
+                      "| question | series | value |", "|---|---|---|",
+                      f"| how slow, client side (perf_analyzer) | p50 / p95 / p99 | {point.p50_ms:.1f} / {point.p95_ms:.1f} / "
+                      f"{point.p99_ms:.1f} ms at {point.throughput:.1f} req/s |",
+                      f"| how slow, server side | `hotpath:request_latency_ms:p50/p95/p99` | "
+                      + " / ".join(f"{v:.1f}" if v is not None else "-" for v in q.values()) + " ms |"]
+            for label, series in (("queue per endpoint request", "hotpath:endpoint_queue_ms_per_request:rate1m"),
+                                  ("throughput", "hotpath:requests_per_second:rate1m"),
+                                  ("failure ratio", "hotpath:failure_ratio:rate5m"),
+                                  ("cache hit ratio", "hotpath:cache_hit_ratio:rate5m")):
+                v = value(prometheus, f"{series}{m}").get(e.name)
+                if v is not None:
+                    lines.append(f"| {label} | `{series}` | {v:.3g} |")
+            for step in e.steps:
+                lines.append(f"| where the time goes: {step} | `hotpath:queue_ms_per_request` / `compute_ms_per_request` | "
+                             f"queue {steps_queue.get(step, float('nan')):.1f} ms + compute "
+                             f"{steps_compute.get(step, float('nan')):.1f} ms |")
+            lines += [f"| pending requests (max over 30 s) | `nv_inference_pending_request_count` | "
+                      + ", ".join(f"{k} {v:.0f}" for k, v in sorted(pending.items())) + " |",
+                      f"| CPU busy (max over 30 s) | `nv_cpu_utilization` | {max(cpu.values()):.0%} |", ""]
+            print("\n".join(lines[-12:]), flush=True)
+    REPORT.write_text("\n".join(lines) + "\n")
+    print(f"[snapshot] wrote {REPORT.relative_to(paths.ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,66 @@
+"""The NGINX gateway config for local replicas: built with crossplane, parsed back, accepted by nginx -t."""
+
+import shutil
+import subprocess
+
+import crossplane
+import pytest
+
+from hotpath.scaleout.nginx import GatewaySettings, config, parse_access_log, render
+
+UPSTREAMS = ("127.0.0.1:9001", "127.0.0.1:9011", "127.0.0.1:9021")
+
+
+def _find(directives, name):
+    for d in directives:
+        if d["directive"] == name:
+            yield d
+        yield from _find(d.get("block", []), name)
+
+
+def _written(tmp_path, retry=True):
+    for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        (tmp_path / "tmp" / kind).mkdir(parents=True)
+    path = tmp_path / "nginx.conf"
+    path.write_text(render(config(GatewaySettings(8443, UPSTREAMS, retry), tmp_path)))
+    return path
+
+
+@pytest.mark.parametrize("retry", [True, False])
+def test_config_parses_back_and_nginx_accepts_it(tmp_path, retry):
+    path = _written(tmp_path, retry)
+    parsed = crossplane.parse(str(path), comments=False)
+    assert parsed["status"] == "ok", parsed["errors"]
+    directives = parsed["config"][0]["parsed"]
+    (upstream,) = _find(directives, "upstream")
+    assert [d["directive"] for d in upstream["block"]][:1] == ["least_conn"]
+    assert [d["args"][0] for d in _find(upstream["block"], "server")] == list(UPSTREAMS)
+    (listen,) = _find(directives, "listen")
+    assert listen["args"] == ["127.0.0.1:8443", "http2"]
+    infer, other = list(_find(directives, "location"))
+    assert "ModelInfer" in infer["args"][-1]
+    (infer_retry,) = _find(infer["block"], "grpc_next_upstream")
+    assert ("non_idempotent" in infer_retry["args"]) == retry and (infer_retry["args"] == ["off"]) != retry
+    (other_retry,) = _find(other["block"], "grpc_next_upstream")
+    assert "non_idempotent" not in other_retry["args"], "state-changing calls are never replayed"
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    check = subprocess.run([nginx, "-t", "-p", str(tmp_path), "-c", str(path), "-e", str(tmp_path / "e.log")],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+
+def test_nginx_rejects_a_broken_config(tmp_path):
+    path = _written(tmp_path)
+    path.write_text(path.read_text().replace("least_conn;", "least_conn fast;"))
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    assert subprocess.run([nginx, "-t", "-p", str(tmp_path), "-c", str(path), "-e", str(tmp_path / "e.log")],
+                          capture_output=True).returncode != 0
+
+
+def test_access_log_lines_with_retries():
+    log = ("1796020000.100|/inference.GRPCInferenceService/ModelInfer|200|127.0.0.1:9001|200|0|0.012\n"
+           "1796020000.200|/inference.GRPCInferenceService/ModelInfer|200|127.0.0.1:9001, 127.0.0.1:9011|502, 200|0|0.020\n"
+           "garbage line\n")
+    first, retried = parse_access_log(log)
+    assert first.served_by == "127.0.0.1:9001" and first.grpc_status == "0"
+    assert retried.upstreams == ("127.0.0.1:9001", "127.0.0.1:9011") and retried.served_by == "127.0.0.1:9011"
