@@ -169,7 +169,8 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
     quiet = before_measuring([slos[e] for e in endpoints], args.allow_busy)
     with _server(args.url) as url:
-        run_perf(url, slos, endpoints, quick=args.quick, compare=args.compare, name=args.name, quiet=quiet)
+        run_perf(url, slos, endpoints, quick=args.quick, compare=args.compare, name=args.name, quiet=quiet,
+                 alternatives=args.alternative)
     return 0
 
 
@@ -245,6 +246,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="smoke: two load points per endpoint, short windows")
     p.add_argument("--compare", action="store_true",
                    help="also measure the alternatives: default config, FastAPI, PyTriton, Model Analyzer, floor")
+    p.add_argument("--alternative", action="append", metavar="LABEL",
+                   help="with --compare: only this alternative (repeatable; labels in hotpath/perf/endpoints.py)")
     p.add_argument("--explain", metavar="ENDPOINT", default=None,
                    help="trace every request at concurrency 1 and the SLO's load; print where the time goes and "
                         "write perf/reports/explain-ENDPOINT.md with a timeline")

@@ -35,17 +35,28 @@ def _perf_analyzer_sweep(url: str, protocol: str, slo: Slo, plan: SweepPlan, lab
     return points
 
 
-def compare_endpoint(url: str, slo: Slo, entry: Endpoint, plan: SweepPlan,
+def choose(entry: Endpoint, only: list[str] | None) -> list:
+    """The endpoint's alternatives labelled in `only` (all without it); an unknown label is an error."""
+    unknown = set(only or ()) - {a.label for a in entry.alternatives}
+    if unknown:
+        raise HotpathError(f"{entry.name} has no alternative {', '.join(sorted(unknown))} (known: "
+                           f"{', '.join(a.label for a in entry.alternatives)})")
+    return [a for a in entry.alternatives if not only or a.label in only]
+
+
+def compare_endpoint(url: str, slo: Slo, entry: Endpoint, plan: SweepPlan, only: list[str] | None = None,
                      log=print) -> tuple[list[PerfPoint], dict[str, str]]:
-    """Measure every registered alternative of one endpoint; returns their points and a note per label.
+    """Measure the registered alternatives of one endpoint (those labelled in `only`, when given);
+    returns their points and a note per label.
 
     One failing alternative is reported as failed and the others still run."""
+    chosen = choose(entry, only)
     alt_plan = SweepPlan(COMPARE_CONCURRENCIES, (), (), plan.measurement)
     ctx = Context(url, slo.endpoint, [m for m in endpoint_steps(slo.endpoint) if m != slo.endpoint],
                   entry.searched_step, slo.p95_ms, slo.concurrency, log)
     points: list[PerfPoint] = []
     notes: dict[str, str] = {}
-    for alt in entry.alternatives:
+    for alt in chosen:
         log(f"[perf] {slo.endpoint}: {alt.title}")
         try:
             with alt.serve(ctx) as target:

@@ -27,11 +27,15 @@ def reports_dir() -> Path:
 
 
 def run_perf(url: str, slos: dict[str, Slo], endpoints: list[str], quick: bool = False, compare: bool = False,
-             name: str | None = None, quiet: QuietReport | None = None, log=print) -> Path:
-    """Sweep `endpoints`; with `compare`, measure the alternatives too; returns the report path."""
-    from hotpath.perf.compare import compare_endpoint, section
+             name: str | None = None, quiet: QuietReport | None = None, alternatives: list[str] | None = None,
+             log=print) -> Path:
+    """Sweep `endpoints`; with `compare`, measure the alternatives too (only those labelled in
+    `alternatives` when given); returns the report path."""
+    from hotpath.perf.compare import choose, compare_endpoint, section
     from hotpath.perf.report import floor_section, write_report
 
+    for endpoint in endpoints if compare else ():
+        choose(get_endpoint(endpoint), alternatives)  # a wrong label fails now, not after the sweeps
     plan = QUICK if quick else FULL
     name = name or ("perf-quick" if quick else ("compare" if compare else "perf"))
     t0 = time.perf_counter()
@@ -46,7 +50,7 @@ def run_perf(url: str, slos: dict[str, Slo], endpoints: list[str], quick: bool =
         with response_cache_off(url, endpoint):
             results[endpoint] = sweep_endpoint(url, slo, plan, "tuned", steps=not compare, log=log)
             if compare:
-                points, notes = compare_endpoint(url, slo, entry, plan, log=log)
+                points, notes = compare_endpoint(url, slo, entry, plan, only=alternatives, log=log)
                 results[endpoint] += points
         sections += floor_section(slo, floor, results[endpoint])
         if compare:

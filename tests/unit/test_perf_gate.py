@@ -44,6 +44,16 @@ def test_registry_entry_is_complete(name):
     assert entry.floor_batches[0] == 1 and callable(entry.pipeline) and entry.samples()
 
 
+def test_alternatives_can_be_chosen_by_label():
+    from hotpath.perf.compare import choose
+
+    entry = endpoints.get_endpoint("image_classification")
+    assert [a.label for a in choose(entry, ["pytriton", "default"])] == ["default", "pytriton"]
+    assert choose(entry, None) == list(entry.alternatives)
+    with pytest.raises(HotpathError, match="image_classification has no alternative fastapi "):
+        choose(entry, ["fastapi", "pytriton"])
+
+
 def test_unknown_endpoint_is_named():
     with pytest.raises(HotpathError, match="'ocr' is not in the perf registry"):
         endpoints.get_endpoint("ocr")
