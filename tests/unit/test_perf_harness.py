@@ -135,3 +135,22 @@ def test_side_by_side_section_reports_ratios_to_hotpath_and_to_the_floor():
     assert ", sync handler" not in text and "Model Analyzer" not in text  # neither measured nor noted: left out
     assert "| in-process floor (no server) | 140.0 | 1.40 | 1.00 | 8.0 ms (batch 1) |" in text
     assert "best alternative (FastAPI + uvicorn + ORT, async handler): throughput 0.67x" in text
+
+
+def test_reports_carry_the_floor_and_the_ratios_to_it(tmp_path):
+    from hotpath.perf.alternatives.floor import Floor
+    from hotpath.perf.report import floor_section, write_report
+
+    slo = Slo("text_embedding", 25.0, 8, Path("x.json"), floor_ratio_goal=0.75)
+    points = [PerfPoint("text_embedding", "concurrency", c, t, p50, p95, p95, p95, label="tuned")
+              for c, t, p50, p95 in ((1, 200.0, 4.0, 5.0), (8, 450.0, 15.0, 24.0))]
+    floor = Floor("texts", [{"batch": 1, "spinning": False, "throughput": 500.0, "p50_ms": 2.0, "p95_ms": 2.5},
+                            {"batch": 8, "spinning": True, "throughput": 600.0, "p50_ms": 13.0, "p95_ms": 14.0}])
+    lines = floor_section(slo, floor, points)
+    text = "\n".join(lines)
+    assert "throughput at the p95 target 450.0/s = 0.75x the floor's 600.0/s (goal 0.75x)" in text
+    assert "p50 at concurrency 1 4.00 ms = 2.00x the floor's batch-1 p50 2.00 ms" in text
+    assert "| 8 | on | 600.0 | 13.00 | 14.00 |" in text
+    path = write_report("t", {"text_embedding": points}, {"text_embedding": slo}, tmp_path, ["preamble"], lines)
+    assert "in-process floor (same run, no server)" in path.read_text()
+    assert (tmp_path / "t" / "text_embedding-latency-throughput.png").stat().st_size > 0
