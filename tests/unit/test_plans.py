@@ -222,3 +222,22 @@ def test_engines_without_tensorrt_says_so_in_one_line_and_builds_onnx():
     assert len(lines) == 1 and lines[0].startswith("[engines] TensorRT plans skipped: no TensorRT")
     assert (paths.model_repository() / "text_encoder" / "1" / "model.onnx").is_file()
     assert json.loads((paths.model_repository() / "text_encoder" / "configs" / "tensorrt.build.json").read_text())
+
+
+def test_record_writes_the_manifest_a_fresh_plan_is_judged_by(tmp_path):
+    repo = planrepo.make_repository(tmp_path)
+    model_dir, version = repo / "scaler", repo / "scaler" / "1"
+    for f in version.glob("*.plan*"):
+        f.unlink()
+    recipe = read_recipe(model_dir)
+    job = builder.BuildJob(onnx=version / recipe.onnx, plan=version / "model.sm89.plan", recipe=recipe,
+                           timing_cache=tmp_path / "timing.cache")
+    job.plan.write_bytes(b"engine bytes as the builder would write them")
+    l4 = Target("NVIDIA L4", "8.9", "10.5.0.18")
+    manifest = builder.record(job, l4, 12.34, {"ok": True, "max_abs_diff": 2e-3})
+    assert (version / "model.sm89.plan.manifest.json").is_file()
+    assert (manifest.gpu_name, manifest.compute_capability, manifest.tensorrt_version) == ("NVIDIA L4", "8.9", "10.5.0.18")
+    assert manifest.precision == "fp16" and manifest.profiles == recipe.profiles and manifest.build_seconds == 12.3
+    status = plan_status(model_dir, version, recipe, Target("NVIDIA L4", "8.9", "10.5.0"))
+    assert status.ok and status.manifest == manifest
+    assert plan_status(model_dir, version, recipe, planrepo.H100).status == "incompatible"
