@@ -28,8 +28,9 @@ KINDS = ("onnx", "python", "ensemble")
 
 # hotpath-only settings a spec's [hotpath] table may hold, per kind.
 HOTPATH_KEYS = {
-    "onnx": {"kind", "exporter", "parity_atol", "opset", "tensorrt"},
-    "python": {"kind", "python_backend", "assets"},
+    "onnx": {"kind", "exporter", "parity_atol", "parity_min_cosine", "max_length", "opset", "tensorrt"},
+    # A Python model may also own exported files (written to <version>/export/ by its exporter).
+    "python": {"kind", "python_backend", "assets", "exporter", "parity_atol", "opset"},
     "ensemble": {"kind"},
 }
 

@@ -12,6 +12,7 @@ from collections import Counter
 from datetime import datetime, timezone
 
 from hotpath import paths
+from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.perf.quiet import allow_busy_default, require_quiet
 from hotpath.scaleout import failover
 from hotpath.scaleout.nginx import GatewaySettings, LocalNginx
@@ -20,7 +21,6 @@ from hotpath.server.ports import free_ports
 from hotpath.server.subset import linked
 
 REPORT = paths.ROOT / "perf" / "reports" / "failover.md"
-MODELS = ("text_embedding", "tokenizer", "text_encoder")
 CLIENTS, DURATION_S, KILL_AFTER_S = 4, 20.0, 8.0
 
 
@@ -29,7 +29,8 @@ def main() -> int:
     parser.add_argument("--allow-busy", action="store_true", default=allow_busy_default())
     args = parser.parse_args()
     quiet = require_quiet(args.allow_busy)
-    repository = linked(MODELS)
+    text = next(e for e in load_endpoints("cpu") if e.name == "text_embedding")
+    repository = linked(text.models)
     rows = []
     for retry in (True, False):
         with LocalReplicas(3, repository, ort_threads=1) as replicas, \

@@ -53,7 +53,6 @@ class SentenceEncoderExporter(Exporter):
 
     def export(self, spec: ModelSpec, version_dir: Path, log: Log) -> ExportReport:
         import onnx
-        import torch
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -63,22 +62,8 @@ class SentenceEncoderExporter(Exporter):
         out_path = version_dir / "model.onnx"
         tmp_path = version_dir / "model.onnx.tmp"
 
-        t0 = time.perf_counter()
-        module = _pooled_encoder(minilm_dir())
-        log(f"loaded weights from {minilm_dir()} ({time.perf_counter() - t0:.1f}s)")
-
-        # Trace on one shape, check parity on others: a shape baked into the graph shows up here.
         parity_sets = [_tokenize(PARITY_TEXTS, 256), _tokenize(PARITY_TEXTS[:3], 256), _tokenize(PARITY_TEXTS[:1], 256)]
-        example = tuple(torch.from_numpy(parity_sets[1][n][:2]) for n in INPUT_NAMES)
-        t0 = time.perf_counter()
-        with torch.no_grad(), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # tracer chatter about constant branches; parity below is the check
-            torch.onnx.export(
-                module, example, str(tmp_path), input_names=list(INPUT_NAMES), output_names=[output_name],
-                dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in INPUT_NAMES}, output_name: {0: "batch"}},
-                opset_version=opset, dynamo=False,
-            )
-        log(f"exported ONNX opset {opset} ({time.perf_counter() - t0:.1f}s)")
+        module = export_pooled_encoder(tmp_path, opset, output_name, log)
 
         onnx.checker.check_model(str(tmp_path), full_check=True)
         _check_io(onnx.load(str(tmp_path)), spec)
@@ -92,6 +77,28 @@ class SentenceEncoderExporter(Exporter):
             raise BuildError(f"{spec.name}: ORT output differs from PyTorch by {diff:.2e} > {atol:.0e}")
         tmp_path.replace(out_path)
         return ExportReport(files=["model.onnx"], metrics={"max_abs_diff": diff, "opset": opset})
+
+
+def export_pooled_encoder(path: Path, opset: int, output_name: str, log: Log):
+    """Trace the pooled encoder into `path` (int64 input_ids, attention_mask, token_type_ids in);
+    returns the PyTorch module for parity checks."""
+    import torch
+
+    t0 = time.perf_counter()
+    module = _pooled_encoder(minilm_dir())
+    log(f"loaded weights from {minilm_dir()} ({time.perf_counter() - t0:.1f}s)")
+    # Trace on one shape (2 x its length); callers check parity on others, so a baked-in shape shows.
+    example = tuple(torch.from_numpy(_tokenize(PARITY_TEXTS[:3], 256)[n][:2]) for n in INPUT_NAMES)
+    t0 = time.perf_counter()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # tracer chatter about constant branches; parity is the check
+        torch.onnx.export(
+            module, example, str(path), input_names=list(INPUT_NAMES), output_names=[output_name],
+            dynamic_axes={**{n: {0: "batch", 1: "sequence"} for n in INPUT_NAMES}, output_name: {0: "batch"}},
+            opset_version=opset, dynamo=False,
+        )
+    log(f"exported ONNX opset {opset} ({time.perf_counter() - t0:.1f}s)")
+    return module
 
 
 def _pooled_encoder(model_dir: Path):

@@ -55,6 +55,6 @@ def measure_cache(url: str, endpoint: str = "text_embedding", log=print) -> list
         rows.append(f"| {name} | {rate:.0%} | {p.p50_ms:.2f} | {p.p95_ms:.2f} | {p.throughput:.1f} |")
         log(f"[perf] cache {name}: hit rate {rate:.0%}, p50 {p.p50_ms:.2f} ms, p95 {p.p95_ms:.2f} ms, {p.throughput:.1f}/s")
     return ["", f"### {endpoint}: response cache", "",
-            "Enabled in `ensembles/text_embedding.toml` (`[response_cache]`), local cache of the server.", "",
+            "Enabled in the endpoint's spec (`[response_cache]`), local cache of the server.", "",
             "| load | hit rate | p50 ms | p95 ms | infer/s |", "|---|---|---|---|---|", *rows,
             "", f"Hit vs miss p50: {misses.p50_ms / max(hits.p50_ms, 1e-6):.1f}x faster on a hit."]

@@ -34,7 +34,7 @@ class TritonPythonModel:
                     raise ValueError(f"TEXT must have shape [batch, 1], got {list(values.shape)}")
                 batch = decode_utf8(values)
             except ValueError as exc:
-                errors.append(pb_utils.TritonError(f"tokenizer: {exc}"))
+                errors.append(pb_utils.TritonError(f"tokenizer: {exc}", pb_utils.TritonError.INVALID_ARG))
                 spans.append(None)
                 continue
             errors.append(None)

@@ -7,7 +7,7 @@ from hotpath.perf.measure import measure
 
 def test_one_real_sweep_point(grpc_url):
     # Unique texts: every request misses the response cache and reaches both steps.
-    point = measure(grpc_url, "text_embedding", "concurrency", 1, texts_payload("smoke.json", unique_texts(3000, 7)),
+    point = measure(grpc_url, "text_embedding_exact", "concurrency", 1, texts_payload("smoke.json", unique_texts(3000, 7)),
                     Measurement(interval_ms=1000, stability_pct=100, max_trials=3))
     assert point.throughput > 0 and 0 < point.p50_ms <= point.p95_ms <= point.p99_ms
     assert {"tokenizer", "text_encoder"} <= set(point.steps)

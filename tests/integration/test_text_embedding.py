@@ -1,4 +1,5 @@
-"""text_embedding served by a real tritonserver vs sentence-transformers in-process."""
+"""text_embedding (tokenizer inside the ONNX graph) and text_embedding_exact (ensemble with a Python
+tokenizer) served by a real tritonserver vs sentence-transformers in-process."""
 
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from sentence_transformers import SentenceTransformer
 
 from hotpath.client import ClientError, EmbeddingClient, text_input
 from hotpath.exporters.sentence_encoder import minilm_dir
+from hotpath.exporters.tokenized_encoder import _in_contract
 
 TEXTS = [
     "hello",
@@ -33,19 +35,31 @@ def reference():
     return model
 
 
+# model name -> the model whose dynamic batcher sees the requests first
+ENDPOINTS = {"text_embedding": "text_embedding", "text_embedding_exact": "tokenizer"}
+
+
+@pytest.fixture(params=sorted(ENDPOINTS))
+def endpoint(request):
+    return request.param
+
+
 @pytest.fixture()
-def client(grpc_url):
-    with EmbeddingClient(grpc_url) as c:
+def client(grpc_url, endpoint):
+    with EmbeddingClient(grpc_url, model=endpoint) as c:
         yield c
 
 
-def test_served_embeddings_match_sentence_transformers(client, reference):
-    got = client.embed(TEXTS)
-    want = reference.encode(TEXTS, normalize_embeddings=True, convert_to_numpy=True)
-    assert got.shape == (len(TEXTS), 384) and got.dtype == np.float32
+def test_served_embeddings_match_sentence_transformers(client, reference, endpoint):
+    # The in-graph tokenizer's contract is Latin-script and CJK text (build/text_embedding.toml).
+    texts = TEXTS if endpoint == "text_embedding_exact" else [t for t in TEXTS if _in_contract(t)]
+    assert len(texts) >= 6
+    got = client.embed(texts)
+    want = reference.encode(texts, normalize_embeddings=True, convert_to_numpy=True)
+    assert got.shape == (len(texts), 384) and got.dtype == np.float32
     cosine = np.sum(got * want, axis=1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(want, axis=1))
     worst = int(np.argmin(cosine))
-    assert cosine.min() >= 0.9999, f"text {worst} ({TEXTS[worst][:30]!r}): cosine {cosine[worst]:.6f}"
+    assert cosine.min() >= 0.9999, f"text {worst} ({texts[worst][:30]!r}): cosine {cosine[worst]:.6f}"
     np.testing.assert_allclose(np.linalg.norm(got, axis=1), 1.0, atol=1e-5)
 
 
@@ -72,9 +86,9 @@ def test_non_utf8_text_gets_a_clear_error_and_server_keeps_serving(client):
     (lambda: _tensor("TEXT", np.array([[1]], dtype=np.int32), "INT32"), "data-type"),
     (lambda: _tensor("WRONG_NAME", np.array([[b"a"]], dtype=object), "BYTES"), "WRONG_NAME"),
 ], ids=["wrong-shape", "wrong-dtype", "unknown-input"])
-def test_malformed_requests_are_rejected_clearly(grpc_url, client, make_input, message):
+def test_malformed_requests_are_rejected_clearly(grpc_url, client, endpoint, make_input, message):
     with pytest.raises(Exception) as info:
-        _infer(grpc_url, [make_input()])
+        _infer(grpc_url, [make_input()], endpoint)
     assert message in str(info.value)
     assert client.embed(["still serving"]).shape == (1, 384)
 
@@ -91,12 +105,13 @@ def _batched_executions(url, model):
     return sum(int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", []) if int(b["batch_size"]) > 1)
 
 
-def test_bad_request_in_a_dynamic_batch_fails_alone(grpc_url, reference):
+def test_bad_request_in_a_dynamic_batch_fails_alone(grpc_url, reference, endpoint):
+    batcher = ENDPOINTS[endpoint]
     good_texts = [f"concurrent request {i}" for i in range(15)]
     want = reference.encode(good_texts, normalize_embeddings=True)
     c = grpcclient.InferenceServerClient(grpc_url)
-    for _attempt in range(5):  # until the tokenizer has run a multi-request batch during a burst
-        before = _batched_executions(grpc_url, "tokenizer")
+    for _attempt in range(5):  # until the first step has run a multi-request batch during a burst
+        before = _batched_executions(grpc_url, batcher)
         results, done = {}, threading.Semaphore(0)
 
         def callback(i):
@@ -107,16 +122,17 @@ def test_bad_request_in_a_dynamic_batch_fails_alone(grpc_url, reference):
 
         payloads = [t.encode() for t in good_texts[:7]] + [b"\xc3\x28 bad"] + [t.encode() for t in good_texts[7:]]
         for i, payload in enumerate(payloads):
-            c.async_infer("text_embedding", [text_input("TEXT", [payload])], callback(i))
+            c.async_infer(endpoint, [text_input("TEXT", [payload])], callback(i))
         for _ in payloads:
             assert done.acquire(timeout=60)
-        if _batched_executions(grpc_url, "tokenizer") > before:
+        if _batched_executions(grpc_url, batcher) > before:
             break
     else:
-        pytest.fail("the tokenizer never batched concurrent requests; dynamic batching is not active")
+        pytest.fail(f"{batcher} never batched concurrent requests; dynamic batching is not active")
 
     result, error = results[7]
     assert result is None and "not valid UTF-8" in error.message()
+    assert error.status() == "StatusCode.INVALID_ARGUMENT"  # an input error: never retry
     goods = [results[i] for i in range(len(payloads)) if i != 7]
     assert all(err is None for _, err in goods), [err.message() for _, err in goods if err]
     got = np.concatenate([res.as_numpy("EMBEDDING") for res, _ in goods])

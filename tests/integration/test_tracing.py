@@ -11,22 +11,20 @@ from collections import Counter
 
 import pytest
 
-from hotpath import paths
 from hotpath.client import EmbeddingClient
 from hotpath.perf.otlp import spans, to_fragments
 from hotpath.perf.trace import parse_fragments, request_segments
 from hotpath.server.ports import free_ports
+from hotpath.server.subset import linked
 from tests.otlp_receiver import OtlpReceiver
 
-ENDPOINT, STEPS = "text_embedding", ("tokenizer", "text_encoder")
+ENDPOINT, STEPS = "text_embedding_exact", ("tokenizer", "text_encoder")
 
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
     """`hotpath serve --trace-otlp` on the text endpoint's models, one uncached request, its spans."""
-    repository = tmp_path_factory.mktemp("repository")
-    for model in (ENDPOINT, *STEPS):
-        (repository / model).symlink_to(paths.model_repository() / model, target_is_directory=True)
+    repository = linked((ENDPOINT, *STEPS), tmp_path_factory.mktemp("repository"))
     http, grpc, metrics, otlp = free_ports(4)
     with OtlpReceiver(otlp) as receiver:
         cmd = [sys.executable, "-m", "hotpath", "serve", "--repository", str(repository),
@@ -40,8 +38,8 @@ def traced(tmp_path_factory):
             while "serving; Ctrl-C" not in log.read_text():
                 assert serve.poll() is None and time.monotonic() - t0 < 120, log.read_text()
                 time.sleep(0.2)
-            with EmbeddingClient(f"127.0.0.1:{grpc}") as client:
-                client.embed([f"trace this request {uuid.uuid4()}"])
+            with EmbeddingClient(f"127.0.0.1:{grpc}", model=ENDPOINT) as client:
+                client.embed([f"trace this request {uuid.uuid4()}"])   # unique: a cache miss runs every step
             # Triton's batch span processor exports every 5 s by default.
             got_all = receiver.wait_for(lambda reqs: {s.name for s in spans(reqs)} >= {ENDPOINT, *STEPS}, 30)
             assert got_all, f"spans received: {[s.name for s in spans(receiver.requests)]}"

@@ -6,7 +6,7 @@ from hotpath.preflight import check_repository
 
 def _copy_configs(tmp_path):
     repo = tmp_path / "repo"
-    for model in ("tokenizer", "text_encoder", "text_embedding"):
+    for model in ("tokenizer", "text_encoder", "text_embedding_exact"):
         (repo / model / "1").mkdir(parents=True)
         shutil.copy(paths.model_repository() / model / "config.pbtxt", repo / model)
     (repo / "tokenizer" / "1" / "model.py").write_text("")
@@ -26,4 +26,4 @@ def test_broken_config_and_missing_ensemble_step(tmp_path):
     (repo / "tokenizer" / "config.pbtxt").write_text("max_batch_size: [")
     problems = check_repository(repo)
     assert any(p.startswith("tokenizer: config.pbtxt does not parse") for p in problems)
-    assert "text_embedding: ensemble step model 'tokenizer' is not in the repository" in problems
+    assert "text_embedding_exact: ensemble step model 'tokenizer' is not in the repository" in problems

@@ -83,10 +83,10 @@ def test_invalid_spec_names_model_and_field(mutate, field):
 
 def _ensemble_with(mutate):
     specs = {s.name: s for s in SPECS}
-    data = tomllib.loads((paths.ensemble_specs_dir() / "text_embedding.toml").read_text())
+    data = tomllib.loads((paths.ensemble_specs_dir() / "text_embedding_exact.toml").read_text())
     mutate(data)
-    bad = spec_from_dict(data, "text_embedding")
-    return [bad if s.name == "text_embedding" else specs[s.name] for s in SPECS]
+    bad = spec_from_dict(data, "text_embedding_exact")
+    return [bad if s.name == "text_embedding_exact" else specs[s.name] for s in SPECS]
 
 
 BAD_ENSEMBLES = [
@@ -106,5 +106,5 @@ BAD_ENSEMBLES = [
 def test_invalid_ensemble_wiring_is_caught(mutate, field):
     with pytest.raises(SpecError) as info:
         validate_all(_ensemble_with(mutate))
-    assert info.value.model == "text_embedding"
+    assert info.value.model == "text_embedding_exact"
     assert info.value.field.startswith(field), str(info.value)

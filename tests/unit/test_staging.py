@@ -11,7 +11,7 @@ def test_onnxruntime_models_are_substituted_in_the_staged_copy_only(tmp_path):
     messages = []
     staged = stage_repository(repo, tmp_path / "staged", ort_threads=1, log=messages.append)
 
-    assert {"text_encoder", "tokenizer", "text_embedding"} <= set(staged)
+    assert {"text_encoder", "tokenizer", "text_embedding_exact", "text_embedding"} <= set(staged)
     encoder = read_config(tmp_path / "staged" / "text_encoder")
     assert encoder.backend == "python"
     assert encoder.parameters["intra_op_thread_count"].string_value == "1"
