@@ -11,6 +11,8 @@ from hotpath.monitoring.endpoints import Endpoint
 
 JOB = "hotpath"   # scrape job of Triton's metrics port (docs/operations.md, deploy/ pod annotations)
 QUANTILES = ("0.5", "0.95", "0.99")
+PHASE_SUMMARIES = tuple(f"nv_inference_{phase}_summary_us"
+                        for phase in ("queue", "compute_input", "compute_infer", "compute_output"))
 COMPUTE = tuple(f"nv_inference_compute_{phase}_duration_us" for phase in ("input", "infer", "output"))
 
 
@@ -33,13 +35,18 @@ def latency_quantile_ms(endpoint: Endpoint, quantile: str, where: str = "") -> s
 
     Summaries cannot be merged across replicas; the worst replica (max) is what an SLO cares about.
     With the response cache on, Triton publishes no request summary for the endpoint itself, so the
-    quantile is the sum of its steps' quantiles: the latency of a cache miss, an approximation that
-    is exact when the steps are slow together (queueing) and errs high otherwise.
+    quantile is that of a cache miss, summed from parts: each step's request summary for an
+    ensemble, the queue and compute phase summaries for a single model. A sum of quantiles is
+    exact when the parts are slow together (queueing) and errs high otherwise.
     """
     if not endpoint.cached:
         return f"max by (model) (nv_inference_request_summary_us{sel([endpoint.name], where, quantile=quantile)}) / 1000"
-    steps = f"max by (model) (nv_inference_request_summary_us{sel(endpoint.steps, where, quantile=quantile)})"
-    return f'label_replace(sum({steps}), "model", "{endpoint.name}", "", "") / 1000'
+    if endpoint.steps == (endpoint.name,):
+        parts = [f"max by (model) ({m}{sel([endpoint.name], where, quantile=quantile)})" for m in PHASE_SUMMARIES]
+    else:
+        parts = [f"max by (model) (nv_inference_request_summary_us{sel(endpoint.steps, where, quantile=quantile)})"]
+    total = " + ".join(f"sum({p})" for p in parts)
+    return f'label_replace({total}, "model", "{endpoint.name}", "", "") / 1000'
 
 
 def mean_latency_ms(models, window: str, where: str = "") -> str:

@@ -110,8 +110,8 @@ def endpoint_alerts(e: Endpoint) -> list[Alert]:
         Alert("HotpathModelNotReady", f"{loaded} < {len(e.models)} or ({missing})",
               f"({loaded} < bool {len(e.models)}) or ({missing})", "1m", "page", e.name,
               f"{e.name}: a replica serves without all of its models",
-              f"A replica exports metrics for fewer than the {len(e.models)} models of {e.name} "
-              f"({', '.join(e.models)}): a model failed to load or was unloaded."),
+              f"A replica answers scrapes but lacks a model of {e.name} (expected: {', '.join(e.models)}): "
+              "a model failed to load or was unloaded."),
     ]
     if e.cached:
         ratio5m, ratio1h = f"hotpath:cache_hit_ratio:rate5m{m}", f"hotpath:cache_hit_ratio:rate1h{m}"

@@ -59,7 +59,7 @@ def without_warmup(repository: Path, models: tuple[str, ...], target: Path) -> P
     return target
 
 
-def _request(client: grpcclient.InferenceServerClient, endpoint: str, unique: bool) -> float:
+def send_sample(client: grpcclient.InferenceServerClient, endpoint: str, unique: bool = True) -> float:
     """One request with a real input; ms. Texts get a unique suffix so the response cache misses."""
     sample = get_endpoint(endpoint).samples()[0]
     if unique and isinstance(sample, str):
@@ -87,8 +87,8 @@ def measure_startup(repository: Path, endpoints: list[Endpoint], warm_requests: 
     ready = time.time() - t0
     try:
         client = grpcclient.InferenceServerClient(server.grpc_url)
-        first = {e.name: _request(client, e.name, unique=True) for e in endpoints}
-        warm = {e.name: statistics.median(_request(client, e.name, unique=True) for _ in range(warm_requests))
+        first = {e.name: send_sample(client, e.name) for e in endpoints}
+        warm = {e.name: statistics.median(send_sample(client, e.name) for _ in range(warm_requests))
                 for e in endpoints}
         client.close()
     finally:

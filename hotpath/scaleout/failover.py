@@ -1,8 +1,14 @@
 """Kill one replica under a bounded closed-loop load through the gateway; see what failed and how fast
-traffic moved. Used by tests/integration/test_scaleout.py and perf/failover.py."""
+traffic moved. Used by tests/integration/test_scaleout.py and perf/failover.py.
+
+NGINX retries a call on another replica only while it has sent nothing of it: its gRPC proxy streams
+request bodies unbuffered, so a call already on the replica that dies comes back UNAVAILABLE (502).
+Inference is idempotent, so the client retries it: gRPC's own retry policy, set on the channel.
+"""
 
 from __future__ import annotations
 
+import json
 import statistics
 import threading
 import time
@@ -15,6 +21,16 @@ from tritonclient.utils import InferenceServerException
 from hotpath.client import text_input
 from hotpath.scaleout.nginx import Hop, LocalNginx, parse_access_log
 from hotpath.scaleout.replicas import LocalReplicas
+
+
+def retrying_channel_args(attempts: int = 3) -> list[tuple[str, object]]:
+    """gRPC channel options that retry ModelInfer on UNAVAILABLE (transparently, with a short backoff)."""
+    policy = {"methodConfig": [{
+        "name": [{"service": "inference.GRPCInferenceService", "method": "ModelInfer"}],
+        "retryPolicy": {"maxAttempts": attempts, "initialBackoff": "0.01s", "maxBackoff": "0.2s",
+                        "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]}
+    return [("grpc.enable_retries", 1), ("grpc.service_config", json.dumps(policy)),
+            ("grpc.max_send_message_length", 64 * 1024 * 1024), ("grpc.max_receive_message_length", 64 * 1024 * 1024)]
 
 
 @dataclass
@@ -45,7 +61,13 @@ class Failover:
 
     @property
     def retried(self) -> list[Hop]:
+        """Calls NGINX passed on to another replica (it had sent nothing to the first)."""
         return [h for h in self.hops if len(h.upstreams) > 1]
+
+    @property
+    def gateway_errors(self) -> list[Hop]:
+        """Calls the gateway answered with an error: each met a dying replica mid-call."""
+        return [h for h in self.infer_hops if h.status != 200]
 
     @property
     def infer_hops(self) -> list[Hop]:
@@ -72,7 +94,8 @@ class Failover:
 
 
 def run(replicas: LocalReplicas, gateway: LocalNginx, model: str, input_name: str, clients: int = 4,
-        duration_s: float = 10.0, kill_after_s: float = 4.0, kill_index: int = 0) -> Failover:
+        duration_s: float = 10.0, kill_after_s: float = 4.0, kill_index: int = 0,
+        client_retries: bool = True) -> Failover:
     """`clients` closed loops of unique texts through the gateway; replica `kill_index` gets SIGKILL."""
     calls: list[Call] = []
     lock = threading.Lock()
@@ -80,7 +103,8 @@ def run(replicas: LocalReplicas, gateway: LocalNginx, model: str, input_name: st
     stop = t0 + duration_s
 
     def loop():
-        client = grpcclient.InferenceServerClient(gateway.grpc_url)
+        client = grpcclient.InferenceServerClient(
+            gateway.grpc_url, channel_args=retrying_channel_args() if client_retries else None)
         while time.time() < stop:
             start = time.time()
             try:

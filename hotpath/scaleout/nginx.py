@@ -61,10 +61,18 @@ def config(settings: GatewaySettings, workdir: Path) -> list[dict]:
             _d("server", block=[
                 _d("listen", f"127.0.0.1:{settings.listen_port}", "http2"),
                 _d("grpc_connect_timeout", "1s"),
+                # NGINX's own errors (no replica reachable, one died mid-call) as gRPC UNAVAILABLE in a
+                # trailers-only response: a gRPC client may retry that, never a plain HTTP 502.
+                _d("error_page", 502, 503, 504, "=", "@unavailable"),
                 _d("location", "~", f"^/inference\\.GRPCInferenceService/({'|'.join(IDEMPOTENT)})$", block=[
                     _d("grpc_pass", "grpc://triton_grpc"), *retry]),
                 _d("location", "/", block=[_d("grpc_pass", "grpc://triton_grpc"),
                                            _d("grpc_next_upstream", "error", "timeout")]),
+                _d("location", "@unavailable", block=[
+                    _d("default_type", "application/grpc"),
+                    _d("add_header", "grpc-status", 14, "always"),
+                    _d("add_header", "grpc-message", "no replica could complete the call", "always"),
+                    _d("return", 204)]),
             ]),
         ]),
     ]

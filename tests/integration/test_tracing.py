@@ -6,24 +6,27 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
 
 import pytest
+import tritonclient.grpc as grpcclient
 
-from hotpath.client import EmbeddingClient
+from hotpath.monitoring.endpoints import load_endpoints
+from hotpath.perf.cold_start import send_sample
 from hotpath.perf.otlp import spans, to_fragments
 from hotpath.perf.trace import parse_fragments, request_segments
 from hotpath.server.ports import free_ports
 from hotpath.server.subset import linked
 from tests.otlp_receiver import OtlpReceiver
 
-ENDPOINT, STEPS = "text_embedding_exact", ("tokenizer", "text_encoder")
+# The first endpoint of perf/slo.toml that is an ensemble of several steps (shapes from the repository).
+_ENSEMBLE = next(e for e in load_endpoints("cpu") if len(e.steps) > 1)
+ENDPOINT, STEPS = _ENSEMBLE.name, _ENSEMBLE.steps
 
 
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
-    """`hotpath serve --trace-otlp` on the text endpoint's models, one uncached request, its spans."""
+    """`hotpath serve --trace-otlp` on the endpoint's models, one request, its spans."""
     repository = linked((ENDPOINT, *STEPS), tmp_path_factory.mktemp("repository"))
     http, grpc, metrics, otlp = free_ports(4)
     with OtlpReceiver(otlp) as receiver:
@@ -38,8 +41,9 @@ def traced(tmp_path_factory):
             while "serving; Ctrl-C" not in log.read_text():
                 assert serve.poll() is None and time.monotonic() - t0 < 120, log.read_text()
                 time.sleep(0.2)
-            with EmbeddingClient(f"127.0.0.1:{grpc}", model=ENDPOINT) as client:
-                client.embed([f"trace this request {uuid.uuid4()}"])   # unique: a cache miss runs every step
+            client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc}")
+            send_sample(client, ENDPOINT)   # a real input from the perf registry; unique texts miss the cache
+            client.close()
             # Triton's batch span processor exports every 5 s by default.
             got_all = receiver.wait_for(lambda reqs: {s.name for s in spans(reqs)} >= {ENDPOINT, *STEPS}, 30)
             assert got_all, f"spans received: {[s.name for s in spans(receiver.requests)]}"
@@ -95,5 +99,5 @@ def test_per_step_breakdown_reads_the_spans(traced):
     assert all(s.end_ns >= s.start_ns for s in segments)
     # Consecutive: each segment starts where the previous one ended, from gRPC read to send.
     assert all(a.end_ns == b.start_ns for a, b in zip(segments, segments[1:]))
-    encoder = {s.name: s.us for s in segments if s.owner == "text_encoder"}
-    assert encoder["compute infer"] > 0 and "queue" in encoder
+    last = {s.name: s.us for s in segments if s.owner == STEPS[-1]}
+    assert last["compute infer"] > 0 and "queue" in last

@@ -66,15 +66,28 @@ def test_changed_target_changes_the_rules(tmp_path):
     assert any(a.expr.endswith("> 40.0") for a in p95)
 
 
-def test_cached_endpoint_latency_comes_from_its_steps():
+def test_cached_endpoint_latency_comes_from_its_parts():
     # Triton publishes no request summary for a model with the response cache on.
     for e in load_endpoints("cpu"):
         expr = promql.latency_quantile_ms(e, "0.95")
         own = f'nv_inference_request_summary_us{{model="{e.name}"'
-        if e.cached:
-            assert all(s in expr for s in e.steps) and own not in expr
-        else:
+        if not e.cached:
             assert own in expr
+        elif e.steps == (e.name,):
+            assert own not in expr and all(f'{m}{{model="{e.name}"' in expr for m in promql.PHASE_SUMMARIES)
+        else:
+            assert own not in expr and all(s in expr for s in e.steps)
+
+
+def test_latency_parts_for_each_kind_of_endpoint():
+    from hotpath.monitoring.endpoints import Endpoint
+
+    single = promql.latency_quantile_ms(Endpoint("m", ("m",), True, 10.0), "0.99")
+    assert single.count("_summary_us{") == 4 and 'quantile="0.99"' in single
+    ensemble = promql.latency_quantile_ms(Endpoint("e", ("a", "b"), True, 10.0), "0.5")
+    assert 'model=~"a|b"' in ensemble and "nv_inference_request_summary_us" in ensemble
+    plain = promql.latency_quantile_ms(Endpoint("e", ("a", "b"), False, 10.0), "0.5")
+    assert plain.startswith('max by (model) (nv_inference_request_summary_us{model="e"')
 
 
 def test_every_alert_has_a_probe_that_keeps_its_comparisons():
@@ -93,7 +106,7 @@ def test_dashboard_covers_what_operators_watch(endpoint):
         assert topic in titles, topic
     assert ("cache" in titles) == endpoint.cached
     exprs = " ".join(expressions(board))
-    for metric in ("nv_inference_request_summary_us", "nv_inference_queue_duration_us",
+    for metric in ("_summary_us{", "nv_inference_queue_duration_us",
                    "nv_inference_compute_infer_duration_us", "nv_inference_request_failure", *GPU_METRICS):
         assert metric in exprs, metric
     ids = [p["id"] for p in board["panels"]]

@@ -37,8 +37,13 @@ def test_config_parses_back_and_nginx_accepts_it(tmp_path, retry):
     assert [d["args"][0] for d in _find(upstream["block"], "server")] == list(UPSTREAMS)
     (listen,) = _find(directives, "listen")
     assert listen["args"] == ["127.0.0.1:8443", "http2"]
-    infer, other = list(_find(directives, "location"))
-    assert "ModelInfer" in infer["args"][-1]
+    locations = {loc["args"][-1]: loc for loc in _find(directives, "location")}
+    infer = next(loc for uri, loc in locations.items() if "ModelInfer" in uri)
+    other = locations["/"]
+    unavailable = {(d["directive"], *d["args"]) for d in locations["@unavailable"]["block"]}
+    assert ("add_header", "grpc-status", "14", "always") in unavailable and ("return", "204") in unavailable
+    (error_page,) = _find(directives, "error_page")
+    assert error_page["args"] == ["502", "503", "504", "=", "@unavailable"]
     (infer_retry,) = _find(infer["block"], "grpc_next_upstream")
     assert ("non_idempotent" in infer_retry["args"]) == retry and (infer_retry["args"] == ["off"]) != retry
     (other_retry,) = _find(other["block"], "grpc_next_upstream")
