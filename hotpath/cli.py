@@ -76,6 +76,25 @@ def cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_generate(args: argparse.Namespace) -> int:
+    from hotpath.client import Generation, GenerationClient
+
+    params = {k: v for k, v in (("max_tokens", args.max_tokens), ("temperature", args.temperature),
+                                ("top_p", args.top_p), ("seed", args.seed), ("stop", args.stop)) if v is not None}
+    with GenerationClient(args.url, model=args.model) as client:
+        for event in client.stream(args.prompt, **params):
+            if isinstance(event, Generation):
+                print()
+                tpot = ((event.total_s - event.ttft_s) / max(event.completion_tokens - 1, 1)
+                        if event.ttft_s is not None else 0.0)
+                print(f"[{event.finish_reason}; prompt {event.prompt_tokens} tokens, completion "
+                      f"{event.completion_tokens}; first token {1000 * (event.ttft_s or 0):.0f} ms, "
+                      f"then {1000 * tpot:.0f} ms/token]", file=sys.stderr)
+            else:
+                print(event.text, end="", flush=True)
+    return 0
+
+
 def cmd_classify(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -239,6 +258,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--url", default=os.environ.get("HOTPATH_GRPC_URL", "localhost:8001"))
     p.add_argument("--model", default="image_classification")
     p.set_defaults(func=cmd_classify)
+
+    p = sub.add_parser("generate", help="stream a chat reply from the text_generation endpoint (gRPC)")
+    p.add_argument("prompt")
+    p.add_argument("--max-tokens", type=int, default=None)
+    p.add_argument("--temperature", type=float, default=None, help="0 (the default) is greedy")
+    p.add_argument("--top-p", type=float, default=None)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
+    p.add_argument("--url", default=os.environ.get("HOTPATH_GRPC_URL", "localhost:8001"))
+    p.add_argument("--model", default="text_generation")
+    p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("perf", help="perf_analyzer sweeps of every endpoint and its steps; report in perf/reports/")
     p.add_argument("--profile", default=os.environ.get("HOTPATH_PERF_PROFILE", "cpu"))

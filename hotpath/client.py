@@ -6,8 +6,11 @@ max_batch_size) rather than one request per item.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+import queue
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
 
 import numpy as np
 import tritonclient.grpc as grpcclient
@@ -119,3 +122,152 @@ class ClassificationClient(EndpointClient):
                 out.append(Classification([b.decode("utf-8") if isinstance(b, bytes) else str(b) for b in labels],
                                           [float(x) for x in scores], [int(x) for x in ids]))
         return out
+
+
+@dataclass
+class TokenDelta:
+    """One streamed token: the text it completes (may be empty mid-character) and when it arrived."""
+
+    text: str
+    token_id: int
+    at_s: float  # seconds since the request was sent
+
+
+@dataclass
+class Generation:
+    """A finished generation: the whole text, why it ended, token counts and per-token arrival times."""
+
+    text: str
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    token_ids: list[int] = field(default_factory=list)
+    token_times_s: list[float] = field(default_factory=list)  # arrival of each token, since the send
+    total_s: float = 0.0
+
+    @property
+    def ttft_s(self) -> float | None:
+        return self.token_times_s[0] if self.token_times_s else None
+
+
+def _tensor(name: str, data: np.ndarray, dtype: str) -> grpcclient.InferInput:
+    t = grpcclient.InferInput(name, list(data.shape), dtype)
+    t.set_data_from_numpy(data)
+    return t
+
+
+def generation_inputs(prompt: str | bytes, max_tokens: int | None = None, temperature: float | None = None,
+                      top_p: float | None = None, seed: int | None = None,
+                      stop: Sequence[str] | None = None) -> list[grpcclient.InferInput]:
+    """The text_generation endpoint's inputs; optional ones are sent only when given."""
+    raw = prompt.encode("utf-8") if isinstance(prompt, str) else bytes(prompt)
+    inputs = [_tensor("PROMPT", np.array([raw], dtype=np.object_), "BYTES")]
+    for name, value, np_type, dtype in (("MAX_TOKENS", max_tokens, np.int32, "INT32"),
+                                        ("TEMPERATURE", temperature, np.float32, "FP32"),
+                                        ("TOP_P", top_p, np.float32, "FP32"), ("SEED", seed, np.int64, "INT64")):
+        if value is not None:
+            inputs.append(_tensor(name, np.array([value], dtype=np_type), dtype))
+    if stop:
+        inputs.append(_tensor("STOP", np.array([s.encode("utf-8") for s in stop], dtype=np.object_), "BYTES"))
+    return inputs
+
+
+class GenerationClient:
+    """Streaming text generation over one gRPC stream: `for delta in client.stream("hi"): ...`.
+
+    `stream()` yields a TokenDelta per generated token and then the final Generation; `generate()`
+    returns only the Generation. Leaving a stream early cancels the request on the server, which
+    frees its slot at the next decode step. One request at a time per client.
+    """
+
+    model = "text_generation"
+
+    def __init__(self, url: str = "localhost:8001", model: str | None = None, timeout_s: float = 120.0):
+        self.url, self.model, self.timeout_s = url, model or self.model, timeout_s
+        self._client = grpcclient.InferenceServerClient(url)
+        self._responses: queue.Queue = queue.Queue()
+        self._streaming = False
+
+    def _on_response(self, result=None, error=None) -> None:  # tritonclient passes keywords
+        self._responses.put((time.perf_counter(), result, error))
+
+    def _open(self) -> None:
+        if not self._streaming:
+            try:
+                self._client.start_stream(callback=self._on_response)
+            except InferenceServerException as exc:
+                raise ClientError(f"{self.model} at {self.url}: {exc.message()}") from None
+            self._streaming = True
+
+    def cancel(self) -> None:
+        """Close the stream, cancelling the request in flight on the server."""
+        if self._streaming:
+            self._client.stop_stream(cancel_requests=True)
+            self._streaming = False
+            self._responses = queue.Queue()
+
+    def stream(self, prompt: str | bytes, **params) -> Iterator[TokenDelta | Generation]:
+        """Yield TokenDelta per token, then the Generation; raises ClientError on a server error."""
+        self._open()
+        request_id = uuid.uuid4().hex
+        sent = time.perf_counter()
+        finished = False
+        try:
+            try:
+                self._client.async_stream_infer(self.model, generation_inputs(prompt, **params), request_id=request_id)
+            except InferenceServerException as exc:  # the stream broke (server unreachable); details in the callback
+                finished = True
+                try:
+                    message = self._responses.get(timeout=1.0)[2].message()
+                except (queue.Empty, AttributeError):
+                    message = exc.message()
+                self.cancel()
+                raise ClientError(f"{self.model} at {self.url}: {message}") from None
+            text, ids, times = [], [], []
+            while True:
+                try:
+                    at, result, error = self._responses.get(timeout=self.timeout_s)
+                except queue.Empty:
+                    raise ClientError(f"{self.model} at {self.url}: no response within {self.timeout_s:.0f}s") from None
+                if error is not None:
+                    finished = True
+                    self.cancel()  # a broken stream cannot carry the next request: start afresh
+                    raise ClientError(f"{self.model} at {self.url}: {error.message()}")
+                delta = result.as_numpy("TEXT_DELTA")[0].decode("utf-8")
+                reason = result.as_numpy("FINISH_REASON")
+                if reason is None:
+                    token = int(result.as_numpy("TOKEN_ID")[0])
+                    text.append(delta)
+                    ids.append(token)
+                    times.append(at - sent)
+                    yield TokenDelta(delta, token, at - sent)
+                    continue
+                finished = True
+                text.append(delta)
+                if delta:
+                    yield TokenDelta(delta, -1, at - sent)
+                yield Generation("".join(text), reason[0].decode("utf-8"), int(result.as_numpy("PROMPT_TOKENS")[0]),
+                                 int(result.as_numpy("COMPLETION_TOKENS")[0]), ids, times, at - sent)
+                return
+        finally:
+            if not finished:  # abandoned mid-stream: tell the server
+                self.cancel()
+
+    def generate(self, prompt: str | bytes, **params) -> Generation:
+        """The finished Generation (see `stream` for parameters: max_tokens, temperature, top_p, seed, stop)."""
+        for event in self.stream(prompt, **params):
+            if isinstance(event, Generation):
+                return event
+        raise ClientError(f"{self.model} at {self.url}: the stream ended without a final response")
+
+    def close(self) -> None:
+        if self._streaming:
+            self._client.stop_stream()
+            self._streaming = False
+        self._client.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

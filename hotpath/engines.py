@@ -27,6 +27,7 @@ from hotpath.spec import ModelSpec, load_specs
 
 Log = Callable[[str], None]
 VERSION = "1"
+EXPORT_DIR = "export"  # exported files of a Python model, beside its model.py
 
 
 def _print(message: str) -> None:
@@ -144,6 +145,10 @@ def build_repository(repository: Path | None = None, only: list[str] | None = No
                 action = "built"
         elif spec.kind == "python":
             action, metrics = _build_python(spec, version_dir, force, log)
+            if spec.hotpath.get("exporter"):
+                # Its own folder and stamp: editing model.py must not re-run a slow export.
+                exported, metrics = _build_onnx(spec, version_dir / EXPORT_DIR, force, log)
+                action = "built" if "built" in (action, exported) else action
         else:
             # Triton wants a version directory for ensembles too; keep it in git.
             (version_dir / ".gitkeep").touch()

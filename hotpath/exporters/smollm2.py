@@ -13,7 +13,9 @@ cache geometry the runtime needs to size its pool without opening the graph).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import io
 import json
 import os
 import tempfile
@@ -52,12 +54,13 @@ def load_reference():
     from transformers.utils import logging as hf_logging
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TQDM_DISABLE", "1")  # the GGUF dequantization bar, 272 redraws into the build log
     hf_logging.disable_progress_bar()
     hf_logging.set_verbosity_error()
     path = gguf_path()
     tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    quantized = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
+    # transformers' GGUF reader draws a tqdm bar (272 redraws in the build log) that no setting turns off.
+    with contextlib.redirect_stderr(io.StringIO()):
+        quantized = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
     config = quantized.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config

@@ -118,6 +118,13 @@ class Engine:
             self._queue.append(seq)
             self._cond.notify()
 
+    def warmup(self) -> None:
+        """One prefill and one decode call on slot 0, so the first request does not pay ORT's
+        first-run allocations; the pool is left as it was (nothing is written back)."""
+        self.decoder.run(np.zeros((1, min(16, self.settings.prefill_chunk)), np.int64), np.zeros(1), self.pool, 0)
+        self.decoder.run(np.zeros((self.settings.max_batch, 1), np.int64), np.zeros(self.settings.max_batch),
+                         self.pool, 0)
+
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="generation-loop", daemon=True)
         self._thread.start()

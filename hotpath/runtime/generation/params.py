@@ -80,3 +80,9 @@ def parse_params(limits: Limits, max_tokens: int | None = None, temperature: flo
         raise InputError(f"at most {limits.max_stop_strings} STOP strings, got {len(stops)}")
     return GenerationParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p,
                             seed=None if seed is None else int(seed), stop=tuple(stops))
+
+
+def request_params(limits: Limits, prompt: bytes | str, max_tokens=None, temperature=None, top_p=None,
+                   seed=None, stop=None) -> tuple[str, GenerationParams]:
+    """All inputs of one request (None: not sent) -> (prompt text, parameters); raises InputError."""
+    return decode_prompt(prompt, limits), parse_params(limits, max_tokens, temperature, top_p, seed, stop)

@@ -1,0 +1,100 @@
+"""Text generation (decoupled): PROMPT in, one response per generated token, then a final response.
+
+A thin adapter over hotpath.runtime.generation: `execute()` validates and queues each request and
+returns at once; the instance's generation loop (a thread) batches every running sequence into
+one decoder call per step and streams tokens back through each request's response sender.
+Input faults get INVALID_ARGUMENT; a full admission queue or a shutdown gets UNAVAILABLE.
+"""
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+from tokenizers import Tokenizer
+
+from hotpath.runtime.backend_args import parameters, version_dir
+from hotpath.runtime.generation.chat import encode_prompt
+from hotpath.runtime.generation.decoder import Decoder, ModelInfo
+from hotpath.runtime.generation.engine import Engine, EngineSettings, QueueFull
+from hotpath.runtime.generation.params import InputError, Limits, request_params
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+OPTIONAL = ("MAX_TOKENS", "TEMPERATURE", "TOP_P", "SEED")
+
+
+def _bytes(value):
+    return np.array([value.encode("utf-8")], dtype=np.object_)
+
+
+class TritonSink:
+    """Sends one sequence's tokens and final response through its request's response sender."""
+
+    def __init__(self, sender):
+        self.sender = sender
+
+    def token(self, token_id, text):
+        self.sender.send(pb_utils.InferenceResponse([
+            pb_utils.Tensor("TEXT_DELTA", _bytes(text)),
+            pb_utils.Tensor("TOKEN_ID", np.array([token_id], np.int32))]))
+
+    def finish(self, text, reason, prompt_tokens, completion_tokens):
+        if reason == "cancelled":  # nobody is listening: just close the request
+            self.sender.send(flags=FINAL)
+            return
+        self.sender.send(pb_utils.InferenceResponse([
+            pb_utils.Tensor("TEXT_DELTA", _bytes(text)),
+            pb_utils.Tensor("FINISH_REASON", _bytes(reason)),
+            pb_utils.Tensor("PROMPT_TOKENS", np.array([prompt_tokens], np.int32)),
+            pb_utils.Tensor("COMPLETION_TOKENS", np.array([completion_tokens], np.int32))]), flags=FINAL)
+
+    def fail(self, message, unavailable=False):
+        code = pb_utils.TritonError.UNAVAILABLE if unavailable else pb_utils.TritonError.INTERNAL
+        self.sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"text_generation: {message}", code)),
+                         flags=FINAL)
+
+    def is_cancelled(self):
+        return self.sender.is_cancelled()
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        p = parameters(args)
+        folder = version_dir(args) / "export"
+        info = ModelInfo.load(folder / "generation.json")
+        settings = EngineSettings(max_batch=int(p.get("max_batch", 8)), context=int(p.get("max_context", 512)),
+                                  max_queue=int(p.get("max_queue", 32)), prefill_chunk=int(p.get("prefill_chunk", 64)))
+        self.limits = Limits(default_max_tokens=int(p.get("default_max_tokens", 128)),
+                             max_tokens=int(p.get("max_tokens_limit", settings.context)), context=settings.context)
+        self.info = info
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        decoder = Decoder(folder / "model.onnx", info, intra_op_threads=int(p.get("intra_op_thread_count", 0)))
+        self.engine = Engine(decoder, self.tokenizer, settings)
+        self.engine.warmup()
+        self.engine.start()
+
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            try:
+                prompt, params = request_params(self.limits, *self._inputs(request))
+                ids = encode_prompt(self.tokenizer, self.info.chat_template, prompt,
+                                    self.info.bos_token, self.info.eos_token)
+                self.engine.submit(ids, params, TritonSink(sender))
+            except InputError as exc:
+                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    f"text_generation: {exc}", pb_utils.TritonError.INVALID_ARG)), flags=FINAL)
+            except QueueFull as exc:
+                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    f"text_generation: {exc}", pb_utils.TritonError.UNAVAILABLE)), flags=FINAL)
+        return None
+
+    @staticmethod
+    def _inputs(request):
+        prompt = pb_utils.get_input_tensor_by_name(request, "PROMPT").as_numpy().reshape(-1)[0]
+        values = []
+        for name in OPTIONAL:
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            values.append(None if tensor is None else tensor.as_numpy().reshape(-1)[0].item())
+        stop = pb_utils.get_input_tensor_by_name(request, "STOP")
+        return (prompt, *values, None if stop is None else list(stop.as_numpy().reshape(-1)))
+
+    def finalize(self):
+        self.engine.stop()

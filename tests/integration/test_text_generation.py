@@ -1,0 +1,201 @@
+"""text_generation served by a real tritonserver vs transformers' greedy generation on the same weights."""
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from hotpath.client import ClientError, Generation, GenerationClient, TokenDelta
+from hotpath.exporters.smollm2 import load_reference
+
+PROMPTS = [
+    "What is the capital of France?",
+    "Write a haiku about latency.",
+    "Translate 'good morning' into Russian and Japanese.",
+    "List three prime numbers.",
+    "Hi",
+    "Explain in one sentence why the sky is blue.",
+]
+MAX_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """Greedy continuations (token ids, EOS dropped) and prompt lengths from transformers."""
+    import torch
+
+    model, tokenizer = load_reference()
+    out = {}
+    for prompt in PROMPTS:
+        ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                            tokenize=True, return_dict=False)
+        with torch.no_grad():
+            gen = model.generate(torch.tensor([ids]), max_new_tokens=MAX_TOKENS, do_sample=False,
+                                 pad_token_id=tokenizer.eos_token_id)[0, len(ids):].tolist()
+        if tokenizer.eos_token_id in gen:
+            gen = gen[:gen.index(tokenizer.eos_token_id)]
+        out[prompt] = (gen, len(ids), tokenizer.decode(gen, skip_special_tokens=True))
+    return out
+
+
+@pytest.fixture()
+def client(grpc_url):
+    with GenerationClient(grpc_url, timeout_s=60) as c:
+        yield c
+
+
+def _check(result: Generation, want):
+    tokens, prompt_tokens, text = want
+    assert result.token_ids == tokens
+    assert result.text == text
+    assert result.prompt_tokens == prompt_tokens  # same chat template, same tokenizer
+    assert result.completion_tokens == len(tokens)
+    assert result.finish_reason == ("length" if len(tokens) == MAX_TOKENS else "stop")
+
+
+def test_greedy_output_equals_transformers_one_at_a_time(client, reference):
+    for prompt in PROMPTS:
+        _check(client.generate(prompt, max_tokens=MAX_TOKENS), reference[prompt])
+
+
+def test_greedy_output_unchanged_under_concurrent_load(grpc_url, reference):
+    results, errors = {}, []
+
+    def run(i, prompt):
+        try:
+            with GenerationClient(grpc_url, timeout_s=120) as c:
+                results[i] = c.generate(prompt, max_tokens=MAX_TOKENS)
+        except Exception as exc:  # surfaced below with the prompt
+            errors.append((prompt, exc))
+
+    jobs = PROMPTS * 2  # 12 streams > 8 slots: some wait in the queue, join the batch later
+    threads = [threading.Thread(target=run, args=(i, p)) for i, p in enumerate(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for i, prompt in enumerate(jobs):
+        _check(results[i], reference[prompt])
+    # Overlap proves batching: streams' token arrival windows intersect.
+    spans = sorted((r.token_times_s[0], r.token_times_s[-1]) for r in results.values() if r.token_times_s)
+    assert any(b[0] < a[1] for a, b in zip(spans, spans[1:]))
+
+
+def test_stream_order_and_final_response(client, reference):
+    prompt = PROMPTS[2]  # Cyrillic/Japanese output: multi-byte characters across tokens
+    events = list(client.stream(prompt, max_tokens=MAX_TOKENS))
+    final = events[-1]
+    assert isinstance(final, Generation) and all(isinstance(e, TokenDelta) for e in events[:-1])
+    deltas = [e for e in events[:-1] if e.token_id >= 0]
+    assert [e.token_id for e in deltas] == final.token_ids == reference[prompt][0]
+    assert "".join(e.text for e in events[:-1]) == final.text == reference[prompt][2]
+    times = [e.at_s for e in deltas]
+    assert times == sorted(times) and final.total_s >= times[-1]
+    assert len(deltas) == final.completion_tokens
+
+
+def test_stop_string_and_sampling_inputs(client, reference):
+    prompt = PROMPTS[0]
+    full = reference[prompt][2]
+    stop = full.split()[3]
+    result = client.generate(prompt, max_tokens=MAX_TOKENS, stop=[stop])
+    assert result.finish_reason == "stop" and result.text == full[:full.find(stop)]
+    a = client.generate(prompt, max_tokens=12, temperature=0.9, top_p=0.9, seed=123)
+    b = client.generate(prompt, max_tokens=12, temperature=0.9, top_p=0.9, seed=123)
+    assert a.token_ids == b.token_ids and a.completion_tokens > 0
+
+
+def test_cancelled_streams_free_their_slots(grpc_url):
+    slots = 8  # build/text_generation.toml max_batch
+    holders = [GenerationClient(grpc_url, timeout_s=60) for _ in range(slots)]
+    streams = [h.stream(f"Tell a very long story about ship number {i}.", max_tokens=400) for i, h in
+               enumerate(holders)]
+    try:
+        for s in streams:
+            assert isinstance(next(s), TokenDelta)  # every slot is generating
+        waiting = GenerationClient(grpc_url, timeout_s=60)
+        done = {}
+        t = threading.Thread(target=lambda: done.setdefault("r", waiting.generate("Say OK.", max_tokens=4)))
+        t.start()
+        time.sleep(1.0)
+        assert "r" not in done  # queued behind the 8 long generations
+        started = time.perf_counter()
+        for s in streams:
+            s.close()  # leaving the stream cancels the request on the server
+        t.join(timeout=60)
+        assert "r" in done, "the queued request never ran: cancelled streams kept their slots"
+        assert done["r"].finish_reason in ("length", "stop")
+        # Freed at the next step, long before 8 x 400 tokens could have been generated.
+        assert time.perf_counter() - started < 30
+        waiting.close()
+    finally:
+        for h in holders:
+            h.close()
+
+
+def _http_generate_status(http_url, prompt, params):
+    """HTTP status of Triton's generate endpoint: it maps the model's error code (INVALID_ARG -> 400),
+    which gRPC stream responses do not carry (they hold the message only)."""
+    body = {"PROMPT": prompt, **{k.upper(): v for k, v in params.items()}}
+    request = urllib.request.Request(f"http://{http_url}/v2/models/text_generation/generate",
+                                     data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+@pytest.mark.parametrize("prompt,params,message", [
+    ("", {}, "PROMPT is empty"),
+    (b"\xff\xfe broken", {}, "not valid UTF-8"),
+    ("hi", {"max_tokens": 0}, "MAX_TOKENS"),
+    ("hi", {"max_tokens": -3}, "MAX_TOKENS"),
+    ("hi", {"max_tokens": 1_000_000}, "MAX_TOKENS"),
+    ("hi", {"temperature": -0.5}, "TEMPERATURE"),
+    ("hi", {"top_p": 0.0}, "TOP_P"),
+    ("word " * 600, {}, "tokens after the chat template"),
+], ids=["empty", "non-utf8", "max-tokens-0", "max-tokens-negative", "max-tokens-huge", "temperature-negative",
+        "top-p-0", "prompt-too-long"])
+def test_bad_inputs_get_invalid_argument(triton, client, prompt, params, message):
+    with pytest.raises(ClientError, match=message):
+        client.generate(prompt, **params)
+    if isinstance(prompt, str):  # JSON cannot carry non-UTF-8 bytes
+        status, body = _http_generate_status(triton.http_url, prompt, params)
+        assert status == 400 and message in body, (status, body)
+    assert client.generate("Hi", max_tokens=2).completion_tokens >= 1  # still serving
+
+
+def test_cli_streams_to_the_terminal(grpc_url, reference):
+    out = subprocess.run([sys.executable, "-m", "hotpath", "generate", "--url", grpc_url,
+                          "--max-tokens", str(MAX_TOKENS), PROMPTS[0]], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == reference[PROMPTS[0]][2].strip()
+    assert "first token" in out.stderr and "completion" in out.stderr
+
+
+def test_tokens_per_second_batched_beats_one_at_a_time(grpc_url):
+    """Continuous batching pays: 4 concurrent streams finish more tokens per second than one."""
+    def tokens_per_s(concurrency):
+        results = []
+
+        def run():
+            with GenerationClient(grpc_url) as c:
+                results.append(c.generate("Count from one to fifty in words.", max_tokens=32))
+
+        threads = [threading.Thread(target=run) for _ in range(concurrency)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return sum(r.completion_tokens for r in results) / (time.perf_counter() - start)
+
+    one, four = tokens_per_s(1), tokens_per_s(4)
+    assert four > 1.5 * one, f"1 stream {one:.1f} tok/s, 4 streams {four:.1f} tok/s"
