@@ -22,9 +22,10 @@ COMPARE_CONCURRENCIES = (1, 2, 4, 8)
 OURS = "tuned"
 
 
-def _perf_analyzer_sweep(url: str, protocol: str, slo: Slo, plan: SweepPlan, label: str, log) -> list[PerfPoint]:
-    """perf_analyzer alone: for servers without Triton's statistics API."""
-    points = []
+def _perf_analyzer_sweep(url: str, protocol: str, slo: Slo, plan: SweepPlan, label: str, points: list[PerfPoint],
+                         log) -> None:
+    """perf_analyzer alone, for servers without Triton's statistics API; appends to `points` as it goes,
+    so the points measured before a failure stay in the report."""
     for c in plan.concurrencies:
         p = analyzer.run(slo.endpoint, url, "concurrency", c, slo.input_data, protocol=protocol,
                          measurement=plan.measurement)
@@ -32,7 +33,6 @@ def _perf_analyzer_sweep(url: str, protocol: str, slo: Slo, plan: SweepPlan, lab
         points.append(p)
         log(f"[perf] {label:>14} {slo.endpoint:<22} concurrency {c}: p50 {p.p50_ms:6.1f} ms  p95 {p.p95_ms:6.1f} ms"
             f"  {p.throughput:6.1f}/s")
-    return points
 
 
 def choose(entry: Endpoint, only: list[str] | None) -> list:
@@ -63,7 +63,7 @@ def compare_endpoint(url: str, slo: Slo, entry: Endpoint, plan: SweepPlan, only:
                 if target.statistics:
                     points += sweep_endpoint(target.url, slo, alt_plan, alt.label, steps=False, log=log)
                 else:
-                    points += _perf_analyzer_sweep(target.url, target.protocol, slo, alt_plan, alt.label, log)
+                    _perf_analyzer_sweep(target.url, target.protocol, slo, alt_plan, alt.label, points, log)
             notes[alt.label] = target.note or alt.note
         except HotpathError as exc:
             notes[alt.label] = f"failed: {str(exc).splitlines()[0]}"
