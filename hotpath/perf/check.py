@@ -58,7 +58,7 @@ def format_table(rows: list[CheckRow], quiet: QuietReport | None = None) -> str:
              "| ratio to floor | bottleneck step | result |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p = r.point
-        worst = bottleneck({m: s for m, s in p.steps.items() if m != r.slo.endpoint}) or "-"
+        worst = bottleneck({m: s for m, s in p.steps.items() if m != r.slo.endpoint} or p.steps) or "-"
         floor = f"{r.floor_throughput:.1f}/s" if r.floor else "-"
         ratio = f"{p.throughput / r.floor_throughput:.2f}" if r.floor_throughput else "-"
         lines.append(f"| {r.slo.endpoint} | concurrency {r.slo.concurrency} | {r.slo.p95_ms:g} ms | {p.p50_ms:.1f} ms "

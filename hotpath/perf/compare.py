@@ -44,6 +44,12 @@ def choose(entry: Endpoint, only: list[str] | None) -> list:
     return [a for a in entry.alternatives if not only or a.label in only]
 
 
+def configured_models(endpoint: str) -> list[str]:
+    """The models whose configs an alternative such as Triton's default config changes: an ensemble's
+    steps, or a single-model endpoint itself."""
+    return [m for m in endpoint_steps(endpoint) if m != endpoint] or [endpoint]
+
+
 def compare_endpoint(url: str, slo: Slo, entry: Endpoint, plan: SweepPlan, only: list[str] | None = None,
                      log=print) -> tuple[list[PerfPoint], dict[str, str]]:
     """Measure the registered alternatives of one endpoint (those labelled in `only`, when given);
@@ -52,8 +58,8 @@ def compare_endpoint(url: str, slo: Slo, entry: Endpoint, plan: SweepPlan, only:
     One failing alternative is reported as failed and the others still run."""
     chosen = choose(entry, only)
     alt_plan = SweepPlan(COMPARE_CONCURRENCIES, (), (), plan.measurement)
-    ctx = Context(url, slo.endpoint, [m for m in endpoint_steps(slo.endpoint) if m != slo.endpoint],
-                  entry.searched_step, slo.p95_ms, slo.concurrency, log)
+    ctx = Context(url, slo.endpoint, configured_models(slo.endpoint), entry.searched_step, slo.p95_ms,
+                  slo.concurrency, log)
     points: list[PerfPoint] = []
     notes: dict[str, str] = {}
     for alt in chosen:

@@ -8,6 +8,7 @@ from hotpath.client import ClassificationClient, EmbeddingClient
 from hotpath.perf import analyzer
 from hotpath.perf.alternatives import served
 from hotpath.perf.analyzer import Measurement
+from hotpath.perf.compare import configured_models
 from hotpath.perf.endpoints import get_endpoint
 from hotpath.perf.payloads import jpeg_photo, payload_for
 
@@ -15,8 +16,8 @@ SHORT = Measurement(interval_ms=1000, stability_pct=100, max_trials=3)
 
 
 def _context(url: str, endpoint: str) -> served.Context:
-    entry = get_endpoint(endpoint)
-    return served.Context(url, endpoint, list(entry.payloads)[1:], entry.searched_step, 60.0, 1, log=lambda m: None)
+    return served.Context(url, endpoint, configured_models(endpoint), get_endpoint(endpoint).searched_step, 60.0, 1,
+                          log=lambda m: None)
 
 
 def _alternative(endpoint: str, label: str) -> served.Alternative:

@@ -54,6 +54,15 @@ def test_alternatives_can_be_chosen_by_label():
         choose(entry, ["fastapi", "pytriton"])
 
 
+def test_default_config_reaches_single_model_endpoints_and_ensemble_steps():
+    from hotpath.perf.compare import configured_models
+
+    for name in endpoints.ENDPOINTS:
+        steps = endpoint_steps(name)
+        assert configured_models(name) == ([name] if steps == [name] else steps)
+    assert configured_models("image_classification") == ["image_preprocess", "image_classifier"]
+
+
 def test_unknown_endpoint_is_named():
     with pytest.raises(HotpathError, match="'ocr' is not in the perf registry"):
         endpoints.get_endpoint("ocr")
