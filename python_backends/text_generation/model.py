@@ -11,7 +11,7 @@ import triton_python_backend_utils as pb_utils
 from tokenizers import Tokenizer
 
 from hotpath.runtime.backend_args import parameters, version_dir
-from hotpath.runtime.generation.chat import encode_prompt
+from hotpath.runtime.generation.chat import encode_prompt, shared_prefix
 from hotpath.runtime.generation.decoder import Decoder, ModelInfo
 from hotpath.runtime.generation.engine import Engine, EngineSettings, QueueFull
 from hotpath.runtime.generation.params import InputError, Limits, request_params
@@ -68,6 +68,8 @@ class TritonPythonModel:
         decoder = Decoder(folder / "model.onnx", info, intra_op_threads=int(p.get("intra_op_thread_count", 0)))
         self.engine = Engine(decoder, self.tokenizer, settings)
         self.engine.warmup()
+        if p.get("reuse_prefix", "true").lower() in ("1", "true"):
+            self.engine.set_prefix(shared_prefix(self.tokenizer, info.chat_template, info.bos_token, info.eos_token))
         self.engine.start()
 
     def execute(self, requests):

@@ -6,7 +6,7 @@ import threading
 import numpy as np
 import pytest
 
-from hotpath.runtime.generation.chat import encode_prompt, render_chat
+from hotpath.runtime.generation.chat import encode_prompt, render_chat, shared_prefix
 from hotpath.runtime.generation.decoder import Decoder, ModelInfo
 from hotpath.runtime.generation.engine import Engine, EngineSettings, QueueFull
 from hotpath.runtime.generation.params import InputError, Limits, decode_prompt, parse_params
@@ -85,6 +85,23 @@ def test_greedy_equals_transformers_alone_and_batched(tiny, decoder, max_batch, 
         assert sink.text == tiny.tokenizer.decode(want, skip_special_tokens=True)
     if max_batch > 1:
         assert engine.stats.max_decode_batch > 1, "requests never shared a decode step"
+
+
+@pytest.mark.parametrize("prefill_chunk", [512, 4])
+def test_shared_prefix_is_reused_without_changing_greedy_results(tiny, decoder, prefill_chunk):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=4, context=256, prefill_chunk=prefill_chunk))
+    prefix = shared_prefix(tiny.tokenizer, tinyllm.CHAT_TEMPLATE)
+    assert prefix and all(ids_of(tiny, p)[:len(prefix)] == prefix for p in PROMPTS)
+    engine.set_prefix(prefix)
+    sinks = [Collect() for _ in PROMPTS]
+    for prompt, sink in zip(PROMPTS, sinks):
+        engine.submit(ids_of(tiny, prompt), greedy(), sink)
+    run_all(engine, sinks)
+    for prompt, sink in zip(PROMPTS, sinks):
+        assert sink.tokens == tinyllm.greedy_reference(tiny, ids_of(tiny, prompt), 24), prompt
+    assert engine.stats.prefix_hits == len(PROMPTS)
+    total = sum(len(ids_of(tiny, p)) for p in PROMPTS)
+    assert engine.stats.prefill_tokens == total - len(PROMPTS) * len(prefix)
 
 
 def test_requests_join_a_running_batch_and_keep_greedy_results(tiny, decoder):

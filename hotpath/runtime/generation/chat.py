@@ -24,3 +24,10 @@ def encode_prompt(tokenizer, template: str, prompt: str, bos_token: str = "", eo
     """Chat-templated token ids of one user prompt (special tokens come from the template itself,
     as with transformers' apply_chat_template(tokenize=True))."""
     return tokenizer.encode(render_chat(template, prompt, bos_token, eos_token), add_special_tokens=False).ids
+
+
+def shared_prefix(tokenizer, template: str, bos_token: str = "", eos_token: str = "") -> list[int]:
+    """Token ids every templated prompt starts with (system turn and the user turn's opening)."""
+    a, b = (encode_prompt(tokenizer, template, p, bos_token, eos_token) for p in ("a", "b"))
+    n = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return a[:n]
