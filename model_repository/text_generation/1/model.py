@@ -99,4 +99,7 @@ class TritonPythonModel:
         return (prompt, *values, None if stop is None else list(stop.as_numpy().reshape(-1)))
 
     def finalize(self):
+        generating, queued = self.engine.load
+        pb_utils.Logger.log_info(f"text_generation: stopping the generation loop ({generating} generating, "
+                                 f"{queued} queued); stats {self.engine.stats}")
         self.engine.stop()
