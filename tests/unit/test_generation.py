@@ -67,8 +67,8 @@ def greedy(max_tokens=24):
     return parse_params(Limits(), max_tokens=max_tokens)
 
 
-@pytest.mark.parametrize("max_batch,prefill_chunk", [(1, 512), (4, 8), (8, 3)],
-                         ids=["one-at-a-time", "batch4-chunk8", "batch8-chunk3"])
+@pytest.mark.parametrize("max_batch,prefill_chunk", [(1, 512), (4, 8), (8, 3), (8, 64)],
+                         ids=["one-at-a-time", "batch4-chunk8", "batch8-chunk3", "batch8-chunk64-grouped-prefill"])
 def test_greedy_equals_transformers_alone_and_batched(tiny, decoder, max_batch, prefill_chunk):
     engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=max_batch, context=256,
                                                             prefill_chunk=prefill_chunk))
@@ -85,6 +85,8 @@ def test_greedy_equals_transformers_alone_and_batched(tiny, decoder, max_batch, 
         assert sink.text == tiny.tokenizer.decode(want, skip_special_tokens=True)
     if max_batch > 1:
         assert engine.stats.max_decode_batch > 1, "requests never shared a decode step"
+    if prefill_chunk >= 16 and max_batch > 1:  # prompts arriving together share prefill calls
+        assert engine.stats.max_prefill_rows == len(PROMPTS)
 
 
 @pytest.mark.parametrize("prefill_chunk", [512, 4])

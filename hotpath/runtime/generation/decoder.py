@@ -51,13 +51,17 @@ class Decoder:
     def run(self, input_ids: np.ndarray, lengths: np.ndarray, pool: KVPool, start: int
             ) -> tuple[np.ndarray, list[np.ndarray]]:
         """One step for pool rows [start, start + len(input_ids)); the pool itself is not written."""
-        rows = len(input_ids)
+        # A leading-rows slice of a C-contiguous pool array is contiguous: bound by pointer, no copy.
+        return self.run_cache(input_ids, lengths, pool.rows(start, start + len(input_ids)))
+
+    def run_cache(self, input_ids: np.ndarray, lengths: np.ndarray, cache: list[np.ndarray]
+                  ) -> tuple[np.ndarray, list[np.ndarray]]:
+        """One step against contiguous cache arrays (key_0, value_0, ...): logits [B, V], new entries."""
         binding = self.session.io_binding()
-        feeds = [np.ascontiguousarray(input_ids, np.int64), np.ascontiguousarray(lengths, np.int64),
-                 *pool.rows(start, start + rows)]
+        feeds = [np.ascontiguousarray(input_ids, np.int64), np.ascontiguousarray(lengths, np.int64), *cache]
         for name, array in zip(self.input_names, feeds):
-            # A leading-rows slice of a C-contiguous pool array is contiguous: bound by pointer, no copy.
-            assert array.flags.c_contiguous, name
+            if not array.flags.c_contiguous:
+                raise ValueError(f"decoder input {name} must be C-contiguous")
             binding.bind_input(name, "cpu", 0, array.dtype, list(array.shape), array.ctypes.data)
         for name in self.output_names:
             binding.bind_output(name, "cpu")

@@ -26,6 +26,7 @@ from hotpath.runtime.generation.sampling import choose, make_rng
 from hotpath.runtime.generation.text_stream import TextStream
 
 log = logging.getLogger(__name__)
+MIN_PREFILL_STEP = 8  # a prefill group is at most prefill_chunk // 8 prompts, so each advances >= 8 tokens
 
 
 class QueueFull(Exception):
@@ -79,6 +80,8 @@ class EngineStats:
     decode_rows: int = 0
     max_decode_batch: int = 0
     prefill_tokens: int = 0
+    prefill_calls: int = 0
+    max_prefill_rows: int = 0
     cancelled: int = 0
     refused: int = 0
     prefix_hits: int = 0
@@ -218,20 +221,33 @@ class Engine:
             self.stats.prefix_hits += 1
 
     def _prefill(self) -> None:
+        """Prompt tokens for up to `prefill_chunk` per step, several prompts per decoder call.
+
+        A group of waiting prompts (oldest first) advances by the same number of tokens, so one
+        call carries them all without padding; a prompt that needs more continues next step. Their
+        cache rows are gathered up to the longest cached length (small while prefilling).
+        """
         budget = self.settings.prefill_chunk
-        waiting = sorted((s for s in self._active if s.next_token is None and not s.done), key=lambda s: s.order)
-        for seq in waiting:
-            if budget <= 0:
-                break
-            n = min(budget, len(seq.prompt) - seq.length)
-            ids = np.array([seq.prompt[seq.length:seq.length + n]], np.int64)
-            logits, new = self.decoder.run(ids, np.array([seq.length]), self.pool, seq.slot)
-            self.pool.write(seq.slot, seq.length, new)
-            seq.length += n
-            budget -= n
-            self.stats.prefill_tokens += n
-            if seq.length == len(seq.prompt):
-                self._emit(seq, choose(logits[0], seq.params, seq.rng))
+        while budget > 0:
+            waiting = sorted((s for s in self._active if s.next_token is None and not s.done), key=lambda s: s.order)
+            if not waiting:
+                return
+            group = waiting[:max(1, budget // MIN_PREFILL_STEP)]
+            steps = min(min(len(s.prompt) - s.length for s in group), budget // len(group))
+            ids = np.array([s.prompt[s.length:s.length + steps] for s in group], np.int64)
+            lengths = np.array([s.length for s in group], np.int64)
+            cache = self.pool.gather([s.slot for s in group], max(1, int(lengths.max())))
+            logits, new = self.decoder.run_cache(ids, lengths, cache)
+            for row, seq in enumerate(group):
+                self.pool.write(seq.slot, seq.length, new, source_row=row)
+                seq.length += steps
+            budget -= steps * len(group)
+            self.stats.prefill_tokens += steps * len(group)
+            self.stats.prefill_calls += 1
+            self.stats.max_prefill_rows = max(self.stats.max_prefill_rows, len(group))
+            for row, seq in enumerate(group):
+                if seq.length == len(seq.prompt):
+                    self._emit(seq, choose(logits[row], seq.params, seq.rng))
 
     def _decode(self) -> None:
         rows = 1 + max((s.slot for s in self._active if s.decoding), default=-1)

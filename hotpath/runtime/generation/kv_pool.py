@@ -32,6 +32,15 @@ class KVPool:
             out += [k[start:stop], v[start:stop]]
         return out
 
+    def gather(self, rows: list[int], length: int) -> list[np.ndarray]:
+        """Copies of the first `length` positions of `rows`, in the decoder's input order (for
+        prefill groups whose rows are not contiguous; cheap while their cached length is short)."""
+        index = np.asarray(rows)
+        out = []
+        for k, v in zip(self.keys, self.values):
+            out += [k[index, :, :, :length], v[index, :, :length]]
+        return out
+
     def write(self, row: int, position: int, new: list[np.ndarray], source_row: int = 0) -> None:
         """Store a step's new entries (decoder outputs, [B, ...]) of `source_row` at `position` of `row`."""
         for layer, (k, v) in enumerate(zip(self.keys, self.values)):
