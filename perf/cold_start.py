@@ -35,7 +35,7 @@ def main() -> int:
     quiet = require_quiet(args.allow_busy)
     endpoints = load_endpoints(args.profile)
     models = tuple(dict.fromkeys(m for e in endpoints for m in e.models))
-    steps = [m for m in models if m not in {e.name for e in endpoints}]
+    steps = list(dict.fromkeys(s for e in endpoints for s in e.steps))   # models that execute (not ensembles)
     repo = paths.model_repository()
     variants = {"warmup as configured": linked(models),
                 "no model_warmup": without_warmup(repo, models, Path(tempfile.mkdtemp(prefix="cold-bare-")))}
@@ -85,15 +85,17 @@ def main() -> int:
         "",
         "## First request after READY",
         "",
-        "| endpoint | variant | first request (ms) | next 20, median (ms) | first / warm |",
-        "|---|---|---|---|---|",
+        "| endpoint | variant | first request (ms) | next 20, median (ms) | first / warm | "
+        "first request per step, server queue + compute (ms) |",
+        "|---|---|---|---|---|---|",
     ]
     for e in endpoints:
         for variant, results in runs.items():
             first = [r.first_ms[e.name] for r in results]
             warm = [r.warm_ms[e.name] for r in results]
+            steps = ", ".join(f"{m} {med(r.first_steps_ms[e.name].get(m, 0.0) for r in results)}" for m in e.steps)
             lines.append(f"| {e.name} | {variant} | {med(first)} | {med(warm)} | "
-                         f"{statistics.median(first) / statistics.median(warm):.1f}x |")
+                         f"{statistics.median(first) / statistics.median(warm):.1f}x | {steps} |")
     REPORT.write_text("\n".join(lines) + "\n")
     print(f"[cold-start] wrote {REPORT.relative_to(paths.ROOT)}")
     return 0

@@ -26,6 +26,7 @@ from hotpath.config import read_config, to_pbtxt
 from hotpath.monitoring.endpoints import Endpoint
 from hotpath.perf.endpoints import get_endpoint
 from hotpath.perf.reload import load_config, served_config
+from hotpath.perf.stats import breakdown, snapshot, step_cost
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 
@@ -76,6 +77,7 @@ class Startup:
     loads: dict[str, tuple[float, float]]   # model -> (start, end) seconds after process start
     first_ms: dict[str, float]
     warm_ms: dict[str, float]
+    first_steps_ms: dict[str, dict[str, float]]   # endpoint -> step -> server time of the first request
 
 
 def measure_startup(repository: Path, endpoints: list[Endpoint], warm_requests: int = 20) -> Startup:
@@ -87,14 +89,20 @@ def measure_startup(repository: Path, endpoints: list[Endpoint], warm_requests: 
     ready = time.time() - t0
     try:
         client = grpcclient.InferenceServerClient(server.grpc_url)
-        first = {e.name: send_sample(client, e.name) for e in endpoints}
+        first, first_steps = {}, {}
+        for e in endpoints:
+            # Per-step server time of the first request: the statistics API's breakdown (hotpath.perf.stats).
+            before = snapshot(server.grpc_url)
+            first[e.name] = send_sample(client, e.name)
+            steps = breakdown(before, snapshot(server.grpc_url), list(e.steps))
+            first_steps[e.name] = {m: step_cost(v) / 1e3 for m, v in steps.items()}
         warm = {e.name: statistics.median(send_sample(client, e.name) for _ in range(warm_requests))
                 for e in endpoints}
         client.close()
     finally:
         server.stop()
     loads = {m: (s - t0, e - t0) for m, (s, e) in load_spans(server.log_path.read_text()).items()}
-    return Startup(ready, loads, first, warm)
+    return Startup(ready, loads, first, warm, first_steps)
 
 
 def measure_reloads(repository: Path, models: list[str]) -> dict[str, tuple[float, float]]:
