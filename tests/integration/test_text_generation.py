@@ -11,7 +11,9 @@ import urllib.request
 import pytest
 
 from hotpath.client import ClientError, Generation, GenerationClient, TokenDelta
+from hotpath import paths
 from hotpath.exporters.smollm2 import load_reference
+from hotpath.spec import load_spec
 
 PROMPTS = [
     "What is the capital of France?",
@@ -73,7 +75,7 @@ def test_greedy_output_unchanged_under_concurrent_load(grpc_url, reference):
         except Exception as exc:  # surfaced below with the prompt
             errors.append((prompt, exc))
 
-    jobs = PROMPTS * 2  # 12 streams > 8 slots: some wait in the queue, join the batch later
+    jobs = PROMPTS * 3  # 18 streams > 16 slots: some wait in the queue and join the running batch later
     threads = [threading.Thread(target=run, args=(i, p)) for i, p in enumerate(jobs)]
     for t in threads:
         t.start()
@@ -112,7 +114,7 @@ def test_stop_string_and_sampling_inputs(client, reference):
 
 
 def test_cancelled_streams_free_their_slots(grpc_url):
-    slots = 8  # build/text_generation.toml max_batch
+    slots = int(load_spec(paths.model_specs_dir() / "text_generation.toml").config.parameters["max_batch"].string_value)
     holders = [GenerationClient(grpc_url, timeout_s=60) for _ in range(slots)]
     streams = [h.stream(f"Tell a very long story about ship number {i}.", max_tokens=400) for i, h in
                enumerate(holders)]
@@ -124,14 +126,14 @@ def test_cancelled_streams_free_their_slots(grpc_url):
         t = threading.Thread(target=lambda: done.setdefault("r", waiting.generate("Say OK.", max_tokens=4)))
         t.start()
         time.sleep(1.0)
-        assert "r" not in done  # queued behind the 8 long generations
+        assert "r" not in done  # queued behind the long generations holding every slot
         started = time.perf_counter()
         for s in streams:
             s.close()  # leaving the stream cancels the request on the server
         t.join(timeout=60)
         assert "r" in done, "the queued request never ran: cancelled streams kept their slots"
         assert done["r"].finish_reason in ("length", "stop")
-        # Freed at the next step, long before 8 x 400 tokens could have been generated.
+        # Freed at the next step, long before slots x 400 tokens could have been generated.
         assert time.perf_counter() - started < 30
         waiting.close()
     finally:

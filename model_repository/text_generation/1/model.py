@@ -30,6 +30,16 @@ class TritonSink:
     def __init__(self, sender):
         self.sender = sender
 
+    def _close(self, response=None):
+        # Drop the sender with the final flag: Triton keeps the model loaded while a sender lives.
+        sender, self.sender = self.sender, None
+        if sender is None:
+            return
+        if response is None:
+            sender.send(flags=FINAL)
+        else:
+            sender.send(response, flags=FINAL)
+
     def token(self, token_id, text):
         self.sender.send(pb_utils.InferenceResponse([
             pb_utils.Tensor("TEXT_DELTA", _bytes(text)),
@@ -37,21 +47,20 @@ class TritonSink:
 
     def finish(self, text, reason, prompt_tokens, completion_tokens):
         if reason == "cancelled":  # nobody is listening: just close the request
-            self.sender.send(flags=FINAL)
+            self._close()
             return
-        self.sender.send(pb_utils.InferenceResponse([
+        self._close(pb_utils.InferenceResponse([
             pb_utils.Tensor("TEXT_DELTA", _bytes(text)),
             pb_utils.Tensor("FINISH_REASON", _bytes(reason)),
             pb_utils.Tensor("PROMPT_TOKENS", np.array([prompt_tokens], np.int32)),
-            pb_utils.Tensor("COMPLETION_TOKENS", np.array([completion_tokens], np.int32))]), flags=FINAL)
+            pb_utils.Tensor("COMPLETION_TOKENS", np.array([completion_tokens], np.int32))]))
 
     def fail(self, message, unavailable=False):
         code = pb_utils.TritonError.UNAVAILABLE if unavailable else pb_utils.TritonError.INTERNAL
-        self.sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"text_generation: {message}", code)),
-                         flags=FINAL)
+        self._close(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"text_generation: {message}", code)))
 
     def is_cancelled(self):
-        return self.sender.is_cancelled()
+        return self.sender is None or self.sender.is_cancelled()
 
 
 class TritonPythonModel:
