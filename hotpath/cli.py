@@ -196,9 +196,14 @@ def cmd_perf(args: argparse.Namespace) -> int:
 def _explain(args: argparse.Namespace, slos: dict) -> int:
     from hotpath.perf.explain import explain, format_breakdown, write_report
 
+    from hotpath.perf.check import before_measuring
+    from hotpath.perf.payloads import payload_for
+    from hotpath.perf.slo import Slo
+
     slo = slos.get(args.explain)
-    if slo is None:
-        raise HotpathError(f"no SLO for endpoint '{args.explain}' in profile '{args.profile}' (perf/slo.toml)")
+    if slo is None:  # an endpoint without a target of its own (text_embedding_exact): its registry payload
+        slo = Slo(args.explain, float("inf"), 8, payload_for(args.explain))
+    before_measuring([slo], args.allow_busy)
     concurrencies = sorted({1, slo.concurrency})
     with _local_server(args.url, stub_timing=True) as server:
         url = args.url or server.grpc_url
