@@ -108,12 +108,12 @@ def cmd_classify(args: argparse.Namespace) -> int:
                 result = client.classify([Path(name).read_bytes()])[0]
             except (OSError, ClientError) as exc:
                 print(f"{name}: error: {exc}", file=sys.stderr)
-                failed += 1
+                failed = max(failed, getattr(exc, "exit_code", 1))
                 continue
             print(name)
             for label, score, cid in zip(result.labels, result.scores, result.class_ids):
                 print(f"  {score:6.1%}  {label}  (class {cid})")
-    return 1 if failed else 0
+    return failed
 
 
 @contextlib.contextmanager
@@ -321,6 +321,6 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except HotpathError as exc:
         print(f"hotpath {args.command}: error: {exc}", file=sys.stderr)
-        return 1
+        return getattr(exc, "exit_code", 1)  # client errors: distinct statuses (bad input vs unavailable)
     except KeyboardInterrupt:
         return 130

@@ -2,11 +2,17 @@
 
 One client keeps one gRPC channel open and sends many items per request (up to the endpoint's
 max_batch_size) rather than one request per item.
+
+Errors name what went wrong and whether trying again can help: InvalidInputError (INVALID_ARGUMENT:
+the request itself is bad, never retried), ServerUnavailableError (UNAVAILABLE: overloaded, shutting
+down or unreachable; retried a bounded number of times with jittered exponential backoff before it
+is raised), RequestTimeoutError (DEADLINE_EXCEEDED) and ServerFaultError (INTERNAL and the rest).
 """
 
 from __future__ import annotations
 
 import queue
+import random
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -20,7 +26,74 @@ from hotpath.errors import HotpathError
 
 
 class ClientError(HotpathError):
-    """The server rejected a request or could not be reached."""
+    """The server rejected a request or could not be reached; `status` is the gRPC status name."""
+
+    exit_code = 1  # the CLI's exit status for this kind of error
+    retryable = False
+
+    def __init__(self, message: str, status: str | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class InvalidInputError(ClientError):
+    """INVALID_ARGUMENT: the request is wrong (bad bytes, too large, wrong shape); never retry it."""
+
+    exit_code = 65  # sysexits EX_DATAERR
+
+
+class ServerUnavailableError(ClientError):
+    """UNAVAILABLE: overloaded (queue full or timed out), shutting down or unreachable; try later."""
+
+    exit_code = 69  # sysexits EX_UNAVAILABLE
+    retryable = True
+
+
+class RequestTimeoutError(ClientError):
+    """DEADLINE_EXCEEDED: no answer within the client's timeout (the request may still have run)."""
+
+    exit_code = 75  # sysexits EX_TEMPFAIL
+
+
+class ServerFaultError(ClientError):
+    """INTERNAL and any other server-side failure: a bug or a broken model, not the request's fault."""
+
+    exit_code = 70  # sysexits EX_SOFTWARE
+
+
+_BY_STATUS = {"INVALID_ARGUMENT": InvalidInputError, "UNAVAILABLE": ServerUnavailableError,
+              "DEADLINE_EXCEEDED": RequestTimeoutError, "RESOURCE_EXHAUSTED": ServerUnavailableError,
+              # HTTP statuses, as tritonclient.http reports them
+              "400": InvalidInputError, "503": ServerUnavailableError, "504": RequestTimeoutError}
+
+
+def client_error(where: str, exc: InferenceServerException) -> ClientError:
+    """The ClientError subclass for a tritonclient exception (its status: gRPC 'StatusCode.X' or HTTP code)."""
+    status = str(exc.status() or "").removeprefix("StatusCode.") or None
+    kind = _BY_STATUS.get(status or "", ServerFaultError if status else ClientError)
+    return kind(f"{where}: {exc.message()}", status)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Bounded retries of retryable errors (UNAVAILABLE) with full-jitter exponential backoff."""
+
+    attempts: int = 3
+    initial_backoff_s: float = 0.05
+    max_backoff_s: float = 1.0
+
+    def call(self, fn, where: str):
+        """fn() until it succeeds, raises a non-retryable error, or the attempts are spent."""
+        attempt = 1
+        while True:
+            try:
+                return fn()
+            except InferenceServerException as exc:
+                error = client_error(where, exc)
+            if not error.retryable or attempt >= self.attempts:
+                raise error from None
+            time.sleep(random.uniform(0, min(self.max_backoff_s, self.initial_backoff_s * 2 ** (attempt - 1))))
+            attempt += 1
 
 
 def text_input(name: str, texts: Sequence[str | bytes]) -> grpcclient.InferInput:
@@ -39,31 +112,32 @@ class EndpointClient:
     input_name = ""
     output_names: tuple[str, ...] = ()
 
-    def __init__(self, url: str = "localhost:8001", model: str | None = None, timeout_s: float | None = 30.0):
+    def __init__(self, url: str = "localhost:8001", model: str | None = None, timeout_s: float | None = 30.0,
+                 retry: RetryPolicy = RetryPolicy()):
         self.url = url
         self.model = model or self.model
         self.timeout_s = timeout_s
+        self.retry = retry
         self._client = grpcclient.InferenceServerClient(url)
         self._max_batch: int | None = None
 
     @property
     def max_batch_size(self) -> int:
         if self._max_batch is None:
-            try:
-                config = self._client.get_model_config(self.model, as_json=True)["config"]
-            except InferenceServerException as exc:
-                raise ClientError(f"{self.model} at {self.url}: {exc.message()}") from None
+            config = self.retry.call(lambda: self._client.get_model_config(self.model, as_json=True),
+                                     self._where)["config"]
             self._max_batch = int(config.get("max_batch_size", 0)) or 1
         return self._max_batch
 
     def infer_raw(self, inputs: list[grpcclient.InferInput]) -> grpcclient.InferResult:
-        """One request with prepared inputs; raises ClientError carrying the server's message."""
-        try:
-            return self._client.infer(self.model, inputs,
-                                      outputs=[grpcclient.InferRequestedOutput(n) for n in self.output_names],
-                                      client_timeout=self.timeout_s)
-        except InferenceServerException as exc:
-            raise ClientError(f"{self.model} at {self.url}: {exc.message()}") from None
+        """One request with prepared inputs (retried per `self.retry`); raises a ClientError subclass."""
+        outputs = [grpcclient.InferRequestedOutput(n) for n in self.output_names]
+        return self.retry.call(lambda: self._client.infer(self.model, inputs, outputs=outputs,
+                                                          client_timeout=self.timeout_s), self._where)
+
+    @property
+    def _where(self) -> str:
+        return f"{self.model} at {self.url}"
 
     def _infer_bytes(self, items: Sequence[str | bytes]) -> list[dict[str, np.ndarray]]:
         """Send `items` in chunks of max_batch_size; one dict of outputs per chunk."""
@@ -196,7 +270,7 @@ class GenerationClient:
             try:
                 self._client.start_stream(callback=self._on_response)
             except InferenceServerException as exc:
-                raise ClientError(f"{self.model} at {self.url}: {exc.message()}") from None
+                raise client_error(f"{self.model} at {self.url}", exc) from None
             self._streaming = True
 
     def cancel(self) -> None:
@@ -218,11 +292,11 @@ class GenerationClient:
             except InferenceServerException as exc:  # the stream broke (server unreachable); details in the callback
                 finished = True
                 try:
-                    message = self._responses.get(timeout=1.0)[2].message()
-                except (queue.Empty, AttributeError):
-                    message = exc.message()
+                    error = self._responses.get(timeout=1.0)[2] or exc
+                except queue.Empty:
+                    error = exc
                 self.cancel()
-                raise ClientError(f"{self.model} at {self.url}: {message}") from None
+                raise client_error(f"{self.model} at {self.url}", error) from None
             text, ids, times = [], [], []
             while True:
                 try:
@@ -232,7 +306,7 @@ class GenerationClient:
                 if error is not None:
                     finished = True
                     self.cancel()  # a broken stream cannot carry the next request: start afresh
-                    raise ClientError(f"{self.model} at {self.url}: {error.message()}")
+                    raise client_error(f"{self.model} at {self.url}", error)
                 delta = result.as_numpy("TEXT_DELTA")[0].decode("utf-8")
                 reason = result.as_numpy("FINISH_REASON")
                 if reason is None:

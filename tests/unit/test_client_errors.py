@@ -1,0 +1,67 @@
+"""hotpath.client error types: each status maps to its own exception, and only UNAVAILABLE is retried."""
+
+import time
+
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from hotpath.client import (ClientError, EmbeddingClient, InvalidInputError, RequestTimeoutError, RetryPolicy,
+                            ServerFaultError, ServerUnavailableError, client_error)
+from hotpath.server.ports import free_ports
+
+
+@pytest.mark.parametrize("status,kind", [
+    ("StatusCode.INVALID_ARGUMENT", InvalidInputError), ("400", InvalidInputError),
+    ("StatusCode.UNAVAILABLE", ServerUnavailableError), ("503", ServerUnavailableError),
+    ("StatusCode.DEADLINE_EXCEEDED", RequestTimeoutError),
+    ("StatusCode.INTERNAL", ServerFaultError), ("500", ServerFaultError), ("StatusCode.NOT_FOUND", ServerFaultError),
+    (None, ClientError),
+])
+def test_each_status_has_its_exception_type(status, kind):
+    error = client_error("m at h", InferenceServerException("boom", status=status))
+    assert type(error) is kind and str(error) == "m at h: boom"
+    assert error.retryable == (kind is ServerUnavailableError)
+    assert len({InvalidInputError.exit_code, ServerUnavailableError.exit_code, ServerFaultError.exit_code,
+                RequestTimeoutError.exit_code, ClientError.exit_code}) == 5
+
+
+class Flaky:
+    """Fails with the given statuses in turn, then answers."""
+
+    def __init__(self, *statuses):
+        self.statuses, self.calls = list(statuses), 0
+
+    def __call__(self):
+        self.calls += 1
+        if self.statuses:
+            raise InferenceServerException("refused", status=self.statuses.pop(0))
+        return "ok"
+
+
+def test_unavailable_is_retried_until_it_succeeds():
+    fn = Flaky("StatusCode.UNAVAILABLE", "StatusCode.UNAVAILABLE")
+    assert RetryPolicy(attempts=3, initial_backoff_s=0.001).call(fn, "x") == "ok" and fn.calls == 3
+
+
+@pytest.mark.parametrize("status", ["StatusCode.INVALID_ARGUMENT", "StatusCode.INTERNAL", "400"])
+def test_other_errors_are_never_retried(status):
+    fn = Flaky(status, status)
+    with pytest.raises(ClientError):
+        RetryPolicy(attempts=5, initial_backoff_s=0.001).call(fn, "x")
+    assert fn.calls == 1
+
+
+def test_retries_are_bounded_in_count_and_time():
+    fn = Flaky(*["StatusCode.UNAVAILABLE"] * 10)
+    started = time.perf_counter()
+    with pytest.raises(ServerUnavailableError):
+        RetryPolicy(attempts=4, initial_backoff_s=0.02, max_backoff_s=0.03).call(fn, "x")
+    assert fn.calls == 4
+    assert time.perf_counter() - started < 0.02 + 0.03 + 0.03 + 0.05  # three sleeps, each at most its cap
+
+
+def test_unreachable_server_is_unavailable_after_bounded_retries():
+    (port,) = free_ports(1)
+    with EmbeddingClient(f"127.0.0.1:{port}", retry=RetryPolicy(attempts=2, initial_backoff_s=0.01)) as client:
+        with pytest.raises(ServerUnavailableError, match=f"text_embedding at 127.0.0.1:{port}"):
+            client.embed(["x"])
