@@ -5,12 +5,18 @@ over white), resize so the shorter side is 256 (bilinear, antialiased), center-c
 are decoded at reduced size (libjpeg DCT scaling through Pillow's `draft`), which skips most of
 the decode work while staying at or above the resize target. The resize and the crop are one
 `Image.resize(box=...)` call, so only the cropped region is ever resampled.
+
+Work per image is bounded before any pixel is decoded: encoded bytes (`max_bytes`), the size the
+header declares (`max_pixels`) and the pixels the decoder will actually produce after reduced-size
+JPEG decoding (`max_decoded_pixels`): a 40-megapixel JPEG decodes at 1/8 scale and passes, a
+4.9 KB PNG that would inflate to 40 megapixels is refused from its header.
 """
 
 from __future__ import annotations
 
 import io
 import math
+import struct
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +35,7 @@ class PreprocessOptions:
     crop: int = 224
     max_pixels: int = 40_000_000      # decompression-bomb guard, checked before decoding
     max_bytes: int = 20 * 1024 * 1024
+    max_decoded_pixels: int = 4_194_304  # pixels actually decoded (after reduced-size JPEG decoding)
     fast_jpeg: bool = True            # reduced-size JPEG decoding
 
 
@@ -43,6 +50,8 @@ def _open(data: bytes, opts: PreprocessOptions) -> Image.Image:
         raise ImageInputError(f"image too large: {exc}") from None
     except UnidentifiedImageError:
         raise ImageInputError(f"not a recognized image (first bytes {data[:8]!r})") from None
+    except (OSError, SyntaxError, ValueError, EOFError, struct.error) as exc:  # a header Pillow cannot parse
+        raise ImageInputError(f"corrupt image header: {exc}") from None
     if img.format not in FORMATS:
         raise ImageInputError(f"unsupported format {img.format}; send JPEG, PNG or WebP")
     w, h = img.size
@@ -78,11 +87,16 @@ def decode(data: bytes, opts: PreprocessOptions = PreprocessOptions()) -> Image.
         scale = opts.resize_shorter / min(w, h)
         # draft() picks the smallest DCT scale (1/2, 1/4, 1/8) that stays >= the requested size.
         img.draft("RGB", (math.ceil(w * scale), math.ceil(h * scale)))
+    w, h = img.size  # what load() will decode
+    if w * h > opts.max_decoded_pixels:
+        raise ImageInputError(f"image decodes to {w}x{h} = {w * h} pixels, over the limit of "
+                              f"{opts.max_decoded_pixels} (JPEGs decode at reduced size; send a smaller image)")
     try:
         img.load()
         img = ImageOps.exif_transpose(img)
         return _to_rgb(img)
-    except (OSError, SyntaxError, ValueError) as exc:
+    except (OSError, SyntaxError, ValueError, EOFError, struct.error, IndexError, KeyError, TypeError,
+            ZeroDivisionError) as exc:  # what Pillow's decoders and EXIF parser raise on damaged files
         raise ImageInputError(f"corrupt or truncated {img.format} image: {exc}") from None
 
 

@@ -44,16 +44,37 @@ def encode(tok: Tokenizer, texts: Sequence[str]) -> dict[str, np.ndarray]:
     }
 
 
-def decode_utf8(values: np.ndarray) -> list[str]:
-    """BYTES tensor [n, 1] (or [n]) -> list of str; raises ValueError naming the bad item."""
+class TextInputError(ValueError):
+    """A text input the endpoint refuses (not UTF-8, too long); the message names the item and why."""
+
+
+def decode_utf8(values: np.ndarray, max_bytes: int | None = None, max_chars: int | None = None) -> list[str]:
+    """BYTES tensor [n, 1] (or [n]) -> list of str; raises TextInputError naming the bad item.
+
+    `max_bytes` is checked before decoding and `max_chars` after, both before any tokenizing: the
+    tokenizer reads the whole text even though the model keeps only its first max_length tokens,
+    so one huge text would otherwise hold the step (and every request batched behind it).
+    """
     flat = values.reshape(-1)
     texts = []
     for i, v in enumerate(flat):
         if isinstance(v, str):
-            texts.append(v)
-            continue
-        try:
-            texts.append(bytes(v).decode("utf-8"))
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"TEXT[{i}] is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+            text = v
+        else:
+            raw = bytes(v)
+            if max_bytes is not None and len(raw) > max_bytes:
+                raise TextInputError(f"TEXT[{i}] is {len(raw)} bytes, over the limit of {max_bytes}")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TextInputError(f"TEXT[{i}] is not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        if max_chars is not None and len(text) > max_chars:
+            raise TextInputError(f"TEXT[{i}] is {len(text)} characters, over the limit of {max_chars}")
+        texts.append(text)
     return texts
+
+
+def text_limits(params: dict[str, str]) -> dict[str, int | None]:
+    """decode_utf8's limits from a model's config parameters (`max_text_bytes`, `max_text_chars`)."""
+    return {"max_bytes": int(params["max_text_bytes"]) if "max_text_bytes" in params else None,
+            "max_chars": int(params["max_text_chars"]) if "max_text_chars" in params else None}

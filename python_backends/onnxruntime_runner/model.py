@@ -5,7 +5,8 @@ serves onnxruntime-backend models through this runner in a staged copy of the re
 honours the native backend's `intra_op_thread_count` / `inter_op_thread_count` parameters and runs
 every `execute()` as one batched session call, registers the config's `model_operations` op
 libraries (onnxruntime-extensions for in-graph tokenizers), and decodes TYPE_STRING inputs as
-UTF-8 per request, so a request with invalid text fails alone with INVALID_ARGUMENT.
+UTF-8 per request, so a request with invalid text, or text over the config's `max_text_bytes` /
+`max_text_chars`, fails alone with INVALID_ARGUMENT before the session runs.
 """
 
 import numpy as np
@@ -14,7 +15,7 @@ import triton_python_backend_utils as pb_utils
 from hotpath.runtime.backend_args import model_config, parameters, version_dir
 from hotpath.runtime.batching import run_batched
 from hotpath.runtime.ort_session import make_session
-from hotpath.runtime.text import decode_utf8
+from hotpath.runtime.text import decode_utf8, text_limits
 from hotpath.runtime.timing import ExecuteLog, timed
 
 
@@ -26,6 +27,7 @@ class TritonPythonModel:
         self.input_names = [t["name"] for t in config["input"]]
         self.string_inputs = {t["name"] for t in config["input"] if t["data_type"] == "TYPE_STRING"}
         self.output_names = [t["name"] for t in config["output"]]
+        self.text_limits = text_limits(params)
         self.session = make_session(
             version_dir(args) / params.get("default_model_filename", "model.onnx"),
             intra_op_threads=int(params.get("intra_op_thread_count", 0)),
@@ -61,5 +63,5 @@ class TritonPythonModel:
         array = pb_utils.get_input_tensor_by_name(request, name).as_numpy()
         if name in self.string_inputs:
             # ORT reads Python str objects; BYTES arrive as bytes (and would be read as "b'...'").
-            return np.array(decode_utf8(array), dtype=object).reshape(array.shape)
+            return np.array(decode_utf8(array, **self.text_limits), dtype=object).reshape(array.shape)
         return array

@@ -3,14 +3,15 @@
 All texts of all requests in one `execute()` go through a single `encode_batch` call, padded to the
 longest sequence of that batch rounded up to `pad_to_multiple_of` (so the encoder's dynamic
 batcher can group requests tokenized in different executions) and truncated at the model's
-max_seq_length. A request with non-UTF-8 bytes or a wrong shape gets its own error.
+max_seq_length. A request with non-UTF-8 bytes, a text over the spec's limits or a wrong shape gets
+its own INVALID_ARGUMENT error, before anything is tokenized.
 """
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from hotpath.runtime.backend_args import parameters, version_dir
-from hotpath.runtime.text import decode_utf8, encode, load_tokenizer
+from hotpath.runtime.text import decode_utf8, encode, load_tokenizer, text_limits
 from hotpath.runtime.timing import ExecuteLog, timed
 
 OUTPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -23,6 +24,7 @@ class TritonPythonModel:
         self.tokenizer = load_tokenizer(version_dir(args) / params.get("tokenizer_file", "tokenizer.json"),
                                         max_length=int(params["max_length"]),
                                         pad_to_multiple_of=int(params.get("pad_to_multiple_of", 0)) or None)
+        self.limits = text_limits(params)
 
     @timed
     def execute(self, requests):
@@ -32,7 +34,7 @@ class TritonPythonModel:
             try:
                 if values.ndim != 2 or values.shape[1] != 1:
                     raise ValueError(f"TEXT must have shape [batch, 1], got {list(values.shape)}")
-                batch = decode_utf8(values)
+                batch = decode_utf8(values, **self.limits)
             except ValueError as exc:
                 errors.append(pb_utils.TritonError(f"tokenizer: {exc}", pb_utils.TritonError.INVALID_ARG))
                 spans.append(None)

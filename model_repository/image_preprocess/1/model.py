@@ -2,7 +2,8 @@
 
 Each image is decoded on its own (decoding is per image by nature); the outputs of all requests of
 one `execute()` go to the classifier together through Triton's dynamic batcher. A corrupt,
-truncated, empty, non-image or oversized input fails its own request only.
+truncated, empty, non-image or oversized input fails its own request only, with INVALID_ARGUMENT
+(never retried); anything else that goes wrong is a server fault (INTERNAL).
 """
 
 import numpy as np
@@ -22,6 +23,7 @@ class TritonPythonModel:
             crop=int(p.get("crop", 224)),
             max_pixels=int(p.get("max_pixels", 40_000_000)),
             max_bytes=int(p.get("max_bytes", 20 * 1024 * 1024)),
+            max_decoded_pixels=int(p.get("max_decoded_pixels", PreprocessOptions.max_decoded_pixels)),
             fast_jpeg=p.get("fast_jpeg", "true").lower() in ("1", "true"),
         )
 
@@ -33,7 +35,12 @@ class TritonPythonModel:
             try:
                 pixels = np.stack([self._one(i, v) for i, v in enumerate(values)])
             except ImageInputError as exc:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"image_preprocess: {exc}")))
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    f"image_preprocess: {exc}", pb_utils.TritonError.INVALID_ARG)))
+                continue
+            except Exception as exc:  # a fault of ours, not the input's: INTERNAL, and only this request
+                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
+                    f"image_preprocess: internal error: {type(exc).__name__}: {exc}")))
                 continue
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("PIXELS", pixels)]))
         return responses
