@@ -1,9 +1,9 @@
-"""What the dashboards show on this machine at each endpoint's declared load, next to perf_analyzer.
+"""What the dashboards show on this machine under a steady load, next to perf_analyzer's own figures.
 
     .venv/bin/python perf/monitoring_snapshot.py [--allow-busy]   # writes perf/reports/monitoring.md
 
 A local tritonserver, Debian's Prometheus scraping it every second with the generated cpu rules,
-perf_analyzer at the SLO's concurrency per endpoint; then the recorded series are read back.
+perf_analyzer at a fixed concurrency per endpoint; then the recorded series are read back.
 """
 
 import argparse
@@ -31,6 +31,8 @@ def value(prometheus: LocalPrometheus, expr: str) -> dict[str, float]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--concurrency", type=int, default=2,
+                        help="closed-loop clients per endpoint (the declared load of perf/slo.toml overloads this host)")
     parser.add_argument("--allow-busy", action="store_true", default=allow_busy_default())
     args = parser.parse_args()
     quiet = require_quiet(args.allow_busy)
@@ -42,14 +44,14 @@ def main() -> int:
     lines = ["# What the dashboards read on this machine", "",
              f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `.venv/bin/python perf/monitoring_snapshot.py`: "
              f"local tritonserver, Debian Prometheus 2.42 scraping every second with "
-             f"`monitoring/rules/hotpath-{args.profile}.rules.yml`, perf_analyzer at each endpoint's declared "
-             f"concurrency (perf/slo.toml), one endpoint at a time. Machine: {quiet.summary()}.", ""]
+             f"`monitoring/rules/hotpath-{args.profile}.rules.yml`, perf_analyzer at concurrency {args.concurrency} "
+             f"with real payloads, one endpoint at a time. Machine: {quiet.summary()}.", ""]
     with LocalTriton(linked(models), ServerPorts(http, grpc, metrics),
                      extra_args=["--metrics-interval-ms=1000"], log=lambda m: None) as server, \
             LocalPrometheus([f"127.0.0.1:{metrics}"], [rules], prom) as prometheus:
         for e in endpoints:
             slo = slos[e.name]
-            point = run(e.name, server.grpc_url, "concurrency", slo.concurrency, slo.input_data,
+            point = run(e.name, server.grpc_url, "concurrency", args.concurrency, slo.input_data,
                         measurement=Measurement(interval_ms=10000))
             m = f'{{model="{e.name}"}}'
             q = {name: value(prometheus, f"hotpath:request_latency_ms:{name}{m}").get(e.name) for name in ("p50", "p95", "p99")}
@@ -57,7 +59,7 @@ def main() -> int:
             steps_compute = value(prometheus, "hotpath:compute_ms_per_request:rate1m")
             cpu = value(prometheus, "max_over_time(nv_cpu_utilization[30s])")
             pending = value(prometheus, f"max_over_time(sum by (model) (nv_inference_pending_request_count{{model=~\"{'|'.join(e.models)}\"}})[30s:1s])")
-            lines += [f"## {e.name} at concurrency {slo.concurrency} (target p95 {slo.p95_ms:g} ms)", "",
+            lines += [f"## {e.name} at concurrency {args.concurrency} (target p95 {slo.p95_ms:g} ms)", "",
                       "| question | series | value |", "|---|---|---|",
                       f"| how slow, client side (perf_analyzer) | p50 / p95 / p99 | {point.p50_ms:.1f} / {point.p95_ms:.1f} / "
                       f"{point.p99_ms:.1f} ms at {point.throughput:.1f} req/s |",

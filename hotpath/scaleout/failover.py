@@ -19,7 +19,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from hotpath.client import text_input
-from hotpath.scaleout.nginx import Hop, LocalNginx, parse_access_log
+from hotpath.scaleout.nginx import GATEWAY_MESSAGE, Hop, LocalNginx, parse_access_log
 from hotpath.scaleout.replicas import LocalReplicas
 
 
@@ -37,11 +37,16 @@ def retrying_channel_args(attempts: int = 3) -> list[tuple[str, object]]:
 class Call:
     start: float
     end: float
-    error: str = ""      # gRPC status of a failed call, "" when it succeeded
+    error: str = ""      # "status: message" of a failed call, "" when it succeeded
 
     @property
     def ms(self) -> float:
         return (self.end - self.start) * 1e3
+
+    @property
+    def broken_by_gateway(self) -> bool:
+        """Failed because its replica died under it (the gateway's own UNAVAILABLE), not shed by a queue."""
+        return GATEWAY_MESSAGE in self.error
 
 
 @dataclass
@@ -54,6 +59,11 @@ class Failover:
     @property
     def failed(self) -> list[Call]:
         return [c for c in self.calls if c.error]
+
+    @property
+    def broken(self) -> list[Call]:
+        """Calls that failed for the client because the replica died (retries exhausted or off)."""
+        return [c for c in self.failed if c.broken_by_gateway]
 
     @property
     def in_flight_at_kill(self) -> list[Call]:
@@ -82,10 +92,15 @@ class Failover:
         return out
 
     @property
-    def last_try_on_killed_ms(self) -> float:
-        """How long after the kill the gateway still sent a request to the dead replica (then retried)."""
-        tries = [h.at for h in self.hops if self.killed in h.upstreams and h.at >= self.kill_at]
-        return (max(tries) - self.kill_at) * 1e3 if tries else 0.0
+    def tries_on_killed(self) -> list[Hop]:
+        """Calls the gateway sent to the dead replica after the kill (each then failed or was passed on)."""
+        return [h for h in self.hops if self.killed in h.upstreams and h.at >= self.kill_at]
+
+    @property
+    def disrupted_ms(self) -> float:
+        """From the kill to the last call that the dead replica broke (0 when none did)."""
+        broken = [h.at for h in self.gateway_errors] + [c.end for c in self.failed]
+        return (max(broken) - self.kill_at) * 1e3 if broken else 0.0
 
     def latency_ms(self, start: float, end: float) -> tuple[float, float]:
         """Median and max latency of calls that started in [start, end)."""
@@ -111,7 +126,7 @@ def run(replicas: LocalReplicas, gateway: LocalNginx, model: str, input_name: st
                 client.infer(model, [text_input(input_name, [f"failover probe {uuid.uuid4()}"])], client_timeout=30)
                 error = ""
             except InferenceServerException as exc:
-                error = str(exc.status() or "UNKNOWN")
+                error = f"{exc.status() or 'UNKNOWN'}: {exc.message()}"
             with lock:
                 calls.append(Call(start, time.time(), error))
         client.close()

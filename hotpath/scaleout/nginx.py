@@ -20,6 +20,7 @@ from hotpath.errors import HotpathError
 # `non_idempotent`). Repository, shared-memory and trace calls change state and are not retried.
 IDEMPOTENT = ("ModelInfer", "ModelReady", "ServerReady", "ServerLive", "ModelMetadata", "ModelConfig",
               "ServerMetadata", "ModelStatistics")
+GATEWAY_MESSAGE = "no replica could complete the call"   # grpc-message of the gateway's own errors
 LOG_FORMAT = "$msec|$request_uri|$status|$upstream_addr|$upstream_status|$upstream_trailer_grpc_status|$request_time"
 
 
@@ -71,7 +72,7 @@ def config(settings: GatewaySettings, workdir: Path) -> list[dict]:
                 _d("location", "@unavailable", block=[
                     _d("default_type", "application/grpc"),
                     _d("add_header", "grpc-status", 14, "always"),
-                    _d("add_header", "grpc-message", "no replica could complete the call", "always"),
+                    _d("add_header", "grpc-message", GATEWAY_MESSAGE, "always"),
                     _d("return", 204)]),
             ]),
         ]),
