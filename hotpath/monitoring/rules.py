@@ -139,8 +139,10 @@ def all_alerts(endpoints: list[Endpoint]) -> list[Alert]:
 
 
 def rule_file(endpoints: list[Endpoint]) -> dict:
-    """The rule file as Prometheus reads it (`rule_files:`), one group for records, one for alerts."""
-    return {"groups": [
-        {"name": "hotpath.records", "rules": [r.to_dict() for r in recording_rules(endpoints)]},
-        {"name": "hotpath.alerts", "rules": [a.to_dict() for a in all_alerts(endpoints)]},
-    ]}
+    """The rule file as Prometheus reads it (`rule_files:`).
+
+    One group: Prometheus runs groups concurrently but a group's rules in order, so every alert sees
+    the recorded series of the same evaluation, never last round's.
+    """
+    rules = [r.to_dict() for r in recording_rules(endpoints)] + [a.to_dict() for a in all_alerts(endpoints)]
+    return {"groups": [{"name": "hotpath", "rules": rules}]}
