@@ -16,8 +16,8 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from hotpath.perf.knobs import IntraOpThreads, InstanceCount, Knob, knobs_for, read_knobs
-from hotpath.perf.knobs import apply_knobs  # noqa: F401  (compare.py imports it from here)
+from hotpath.perf.knobs import IntraOpThreads, InstanceCount, Knob, knob, knobs_for, read_knobs
+from hotpath.perf.knobs import apply_knobs  # noqa: F401  (alternatives/served.py imports it from here)
 from hotpath.perf.stats import step_cost
 
 State = dict[str, dict[str, Any]]          # model -> knob name -> value
@@ -90,7 +90,7 @@ class SearchSpace:
         singles = self.single_moves(state)
         joint: list[Move] = []
         # Layout: one thread more in one place, one less in another (same step or across steps).
-        resource = [mv for mv in singles if mv.changes[0].knob in (InstanceCount.name, IntraOpThreads.name)]
+        resource = [mv for mv in singles if knob(mv.changes[0].knob).uses_threads]
         for a, b in itertools.combinations(resource, 2):
             ca, cb = a.changes[0], b.changes[0]
             if (ca.model, ca.knob) == (cb.model, cb.knob):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -14,18 +16,22 @@ from tritonclient.utils import InferenceServerException
 
 from hotpath import paths
 from hotpath.errors import HotpathError
+from hotpath.perf import analyzer
 from hotpath.perf.analyzer import Measurement
 from hotpath.perf.endpoints import get_endpoint
 from hotpath.perf.knobs import apply_knobs, read_knobs
 from hotpath.perf.measure import endpoint_steps, measure, response_cache_off
+from hotpath.perf.payloads import ensure_input
 from hotpath.perf.reload import load_config, served_config
 from hotpath.perf.search_space import SearchSpace, State
 from hotpath.perf.slo import Slo
 from hotpath.perf.spec_writer import write_back
 from hotpath.perf.tuner import Objective, Point, Trial, bottleneck_step, tune
 
-# Tuning compares many configs: shorter windows than a report sweep, confirmed wins make up for it.
-TUNE_MEASUREMENT = Measurement(2000, 30, 5)
+# Tuning compares many configs: short windows and a loose stability bound (a retry doubles the
+# window and costs more than it saves); the tuner's own confirmations make up for the noise.
+TUNE_MEASUREMENT = Measurement(2000, 50, 4)
+WARM_UP = Measurement(1000, 100, 3)
 TUNE_SWEEP = (2, 4, 8)
 
 
@@ -53,17 +59,27 @@ class LiveEvaluator:
     def __init__(self, url: str, slo: Slo, objective: Objective, measurement: Measurement, record: Path, log=print):
         self.url, self.slo, self.objective, self.measurement, self.record = url, slo, objective, measurement, record
         self.client = grpcclient.InferenceServerClient(url)
-        self.models = [m for m in endpoint_steps(slo.endpoint) if m != slo.endpoint]
+        # An ensemble's steps, or the endpoint itself when it is one model.
+        self.models = [m for m in endpoint_steps(slo.endpoint) if m != slo.endpoint] or [slo.endpoint]
         self.base = {m: served_config(self.client, m) for m in self.models}
         self.loaded: dict[str, dict | None] = {m: read_knobs(c) for m, c in self.base.items()}
         self.log = log
 
     def load(self, state: State) -> None:
-        for m, knobs in state.items():
-            if knobs != self.loaded[m]:
-                self.loaded[m] = None   # unknown until the load succeeds
-                load_config(self.client, m, apply_knobs(self.base[m], knobs))
-                self.loaded[m] = dict(knobs)
+        changed = [m for m, knobs in state.items() if knobs != self.loaded[m]]
+        for m in changed:
+            self.loaded[m] = None   # unknown until the load succeeds
+            load_config(self.client, m, apply_knobs(self.base[m], state[m]))
+            self.loaded[m] = dict(state[m])
+        if changed:
+            self.warm_up()
+
+    def warm_up(self) -> None:
+        """An untimed pass after a reload: fresh instances meet new shapes (ORT plans per shape), so a
+        trial measured right after its reload and its confirmation see the same warm server."""
+        with contextlib.suppress(HotpathError):   # a queue policy may shed cold requests: warm all the same
+            analyzer.run(self.slo.endpoint, self.url, "concurrency", self.objective.declared, self.slo.input_data,
+                         measurement=WARM_UP, retries=0)
 
     def __call__(self, state: State, change: str) -> Trial:
         """One trial of the search, appended to the trial log as soon as it is measured."""
@@ -77,37 +93,50 @@ class LiveEvaluator:
         points: list[Point] = []
         try:
             self.load(state)
+        except InferenceServerException as exc:
+            self.log(f"[tune] {change}: reload failed: {exc}")
+            change = f"{change} (reload failed: {' '.join(str(exc).split())[:100]})"
+        else:
             for c in self.objective.sweep:
-                missed = any(p.p95_ms > self.objective.target_ms for p in points)
-                if missed and c != self.objective.declared:
+                if any(p.p95_ms > self.objective.target_ms for p in points) and c != self.objective.declared:
                     continue  # closed-loop p95 only grows with concurrency: it would miss too
-                pp = measure(self.url, self.slo.endpoint, "concurrency", c, self.slo.input_data, self.measurement)
+                try:
+                    pp = measure(self.url, self.slo.endpoint, "concurrency", c, self.slo.input_data,
+                                 self.measurement)
+                except HotpathError as exc:
+                    # Requests refused (a queue policy shedding load) or failing: this load is out of reach.
+                    self.log(f"[tune] {change}: concurrency {c} counted as a miss: {' '.join(str(exc).split())}")
+                    points.append(Point(c, math.inf, math.inf, 0.0))
+                    continue
                 points.append(Point(c, pp.p50_ms, pp.p95_ms, pp.throughput, pp.steps))
-        except (HotpathError, InferenceServerException) as exc:
-            change = f"{change} (failed: {str(exc).splitlines()[0][:80]})"
         return Trial(0, {m: dict(k) for m, k in state.items()}, points, change, seconds=time.perf_counter() - t0)
 
 
 def run_tune(url: str, slo: Slo, max_trials: int = 12, concurrencies: tuple[int, ...] = TUNE_SWEEP,
              thread_budget: int | None = None, measurement: Measurement = TUNE_MEASUREMENT,
-             vs_model_analyzer: bool = False, log=print) -> tuple[Trial, list[Trial], Path]:
+             vs_model_analyzer: bool = False, reports_dir: Path | None = None,
+             log=print) -> tuple[Trial, list[Trial], Path]:
     """Tune every step of `slo.endpoint`; returns (best, trials, trial log path) and writes the summary report."""
     objective = Objective(slo.p95_ms, tuple(concurrencies), slo.concurrency)
+    ensure_input(slo.input_data, f"endpoint {slo.endpoint} in perf/slo.toml")   # payloads made on first use
     record = runs_dir() / f"tune-{slo.endpoint}-{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
-    evaluate = LiveEvaluator(url, slo, objective, measurement, record, log)
-    space = SearchSpace(evaluate.base, thread_budget=thread_budget)
-    # What the search started from, so that a recorded run can be replayed (tests/unit/test_tuner.py).
-    record.with_suffix(".start.json").write_text(json.dumps({
-        "objective": asdict(objective), "cores": space.cores, "thread_budget": space.thread_budget,
-        "configs": {m: json_format.MessageToDict(c, preserving_proto_field_name=True) for m, c in evaluate.base.items()},
-    }, indent=1))
-    log(f"[tune] {slo.endpoint}: steps {', '.join(evaluate.models)}; objective: throughput at p95 <= "
-        f"{slo.p95_ms:g} ms over concurrency {', '.join(map(str, objective.sweep))}, ties by p95 at "
-        f"{slo.concurrency}; threads <= {space.thread_budget} on {space.cores} cores; budget {max_trials} trials; "
-        f"log {record}")
     rival = None
     load = [os.getloadavg()[0]]
     with response_cache_off(url, slo.endpoint):
+        # Configs are read with the response cache off: every reload of a trial keeps it off.
+        evaluate = LiveEvaluator(url, slo, objective, measurement, record, log)
+        evaluate.warm_up()
+        space = SearchSpace(evaluate.base, thread_budget=thread_budget)
+        # What the search started from, so that a recorded run can be replayed (tests/unit/test_tuner.py).
+        record.with_suffix(".start.json").write_text(json.dumps({
+            "objective": asdict(objective), "cores": space.cores, "thread_budget": space.thread_budget,
+            "configs": {m: json_format.MessageToDict(c, preserving_proto_field_name=True)
+                        for m, c in evaluate.base.items()},
+        }, indent=1))
+        log(f"[tune] {slo.endpoint}: tuning {', '.join(evaluate.models)}; objective: throughput at p95 <= "
+            f"{slo.p95_ms:g} ms over concurrency {', '.join(map(str, objective.sweep))}, ties by p95 at "
+            f"{slo.concurrency}; threads <= {space.thread_budget} on {space.cores} cores; budget {max_trials} "
+            f"trials; log {record}")
         t0 = time.perf_counter()
         best, trials = tune(space, evaluate, objective, max_trials, log)
         seconds = time.perf_counter() - t0
@@ -115,14 +144,23 @@ def run_tune(url: str, slo: Slo, max_trials: int = 12, concurrencies: tuple[int,
         record.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in trials))
         if vs_model_analyzer:
             rival = model_analyzer_rival(evaluate, space, objective, get_endpoint(slo.endpoint).searched_step, log)
-        evaluate.load(best.state)  # leave the server running the winner
+    leave_running(url, best.state)
     load.append(os.getloadavg()[0])
     log(f"[tune] {len(trials)} trials in {seconds:.0f}s; best: trial {best.number} ({best.change}): "
         f"{objective.describe(best)}")
     command = (f"hotpath tune {slo.endpoint} --max-trials {max_trials} --concurrency "
                f"{','.join(map(str, concurrencies))}" + (" --vs-model-analyzer" if vs_model_analyzer else ""))
-    write_summary(slo.endpoint, command, objective, space, best, trials, seconds, rival, load)
+    write_summary(reports_dir, slo.endpoint, command, objective, space, best, trials, seconds, rival, load)
     return best, trials, record
+
+
+def leave_running(url: str, state: State) -> None:
+    """Reload the models whose served knobs differ from `state` (their other settings as served now)."""
+    client = grpcclient.InferenceServerClient(url)
+    for model, knobs in state.items():
+        config = served_config(client, model)
+        if read_knobs(config) != knobs:
+            load_config(client, model, apply_knobs(config, knobs))
 
 
 def write_winner(best: Trial, start: Trial, specs_dir: Path | None = None) -> list[str]:
@@ -160,9 +198,17 @@ def _state_text(state: State, start: State | None = None) -> str:
     return "; ".join(parts) or "(start config)"
 
 
-def write_summary(endpoint: str, command: str, objective: Objective, space: SearchSpace, best: Trial, trials: list[Trial],
-                  seconds: float, rival: Rival | None = None, load: list[float] | None = None) -> Path:
-    """perf/reports/tune-<endpoint>.md: every trial, the winner, the search cost, Model Analyzer beside it."""
+def write_summary(reports_dir: Path | None, endpoint: str, *args, **kwargs) -> Path:
+    """<reports_dir, default perf/reports>/tune-<endpoint>.md (the other arguments as for `summary`)."""
+    path = Path(reports_dir or paths.ROOT / "perf" / "reports") / f"tune-{endpoint}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(summary(endpoint, *args, **kwargs))
+    return path
+
+
+def summary(endpoint: str, command: str, objective: Objective, space: SearchSpace, best: Trial, trials: list[Trial],
+            seconds: float, rival: Rival | None = None, load: list[float] | None = None) -> str:
+    """The tuning report: every trial, the winner, the search cost, Model Analyzer beside it."""
     sweep = objective.sweep
     lines = [
         f"# tune: {endpoint}", "",
@@ -180,11 +226,11 @@ def write_summary(endpoint: str, command: str, objective: Objective, space: Sear
         "|---|---|---:|" + "---:|" * len(sweep) + "---|---:|---|",
     ]
     for t in trials:
-        p95s = [f"{p.p95_ms:.1f}" if (p := t.at(c)) else "-" for c in sweep]
+        p95s = [("failed" if math.isinf(p.p95_ms) else f"{p.p95_ms:.1f}") if (p := t.at(c)) else "-" for c in sweep]
         worst = bottleneck_step(t, objective, list(space.start)) if t.points else "-"
         lines.append(f"| {t.number} | {t.change} | {objective.goodput(t):.1f} | " + " | ".join(p95s)
                      + f" | {worst} | {t.seconds:.0f} | {'yes' if t.accepted else ''} |")
-    base = trials[0]
+    base = next(t for t in trials if t.accepted)   # the start's kept measurement (the better of its two)
     lines += ["", f"Start: {_state_text(space.start)}.", "",
               f"Winner: trial {best.number}: {_state_text(best.state, space.start)}; "
               f"{objective.describe(best)} (start: {objective.describe(base)}).", ""]
@@ -195,9 +241,10 @@ def write_summary(endpoint: str, command: str, objective: Objective, space: Sear
         lines.append(f"Model Analyzer failed on {rival.step}: {rival.error}")
     else:
         lines += [
-            f"Model Analyzer cannot search ensembles: it searched the endpoint's heaviest step ({rival.step}) alone, "
-            f"{rival.configs_measured} configs (hotpath/perf/alternatives/model_analyzer.py); its pick was then "
-            f"measured in the ensemble with the same objective.", "",
+            (f"Model Analyzer searched {rival.step}, the endpoint's one model, " if rival.step == endpoint else
+             f"Model Analyzer cannot search ensembles: it searched the endpoint's heaviest step ({rival.step}) alone, ")
+            + f"{rival.configs_measured} configs (hotpath/perf/alternatives/model_analyzer.py); its pick was then "
+            f"measured on this server with the same objective.", "",
             "| searcher | best config | within target /s | p95 @%d ms | search time s |" % objective.declared,
             "|---|---|---:|---:|---:|",
             f"| hotpath tune | {_state_text(best.state, space.start)} | {objective.goodput(best):.1f} | "
@@ -205,7 +252,4 @@ def write_summary(endpoint: str, command: str, objective: Objective, space: Sear
             f"| Model Analyzer | {rival.step}: {rival.settings} | {objective.goodput(rival.trial):.1f} | "
             f"{objective.tie_p95(rival.trial):.1f} | {rival.search_seconds:.0f} |",
         ]
-    path = paths.ROOT / "perf" / "reports" / f"tune-{endpoint}.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return "\n".join(lines) + "\n"

@@ -112,7 +112,8 @@ def test_write_back_refuses_an_invalid_result(spec_dir):
 
 def test_removing_preferred_sizes_deletes_the_field():
     doc = tomlkit.parse("[dynamic_batching]\npreferred_batch_size = [8, 16]\nmax_queue_delay_microseconds = 100\n")
-    assert write_knobs(doc, {"preferred_batch_size": ()}) == ["dynamic_batching.preferred_batch_size: [8, 16] -> (none)"]
+    changes = write_knobs(doc, {"preferred_batch_size": ()})
+    assert changes == ["dynamic_batching.preferred_batch_size: [8, 16] -> (none)"]
     assert "preferred_batch_size" not in doc["dynamic_batching"]
     assert write_knobs(doc, {"preferred_batch_size": ()}) == []
     with pytest.raises(KeyError, match="unknown knob"):

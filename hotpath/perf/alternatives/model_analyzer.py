@@ -7,9 +7,12 @@ It cannot search ensembles, so it gets the step hotpath's tuner finds to be the 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -49,8 +52,10 @@ def ma_venv(log=print) -> Path:
 
 
 def run_model_analyzer(model: str, target_p95_ms: float, concurrency: int | list[int], log=print,
-                       timeout_s: float = 900) -> ModelAnalyzerResult:
-    """Search 6 configs of `model` alone (instances x queue delay) at `concurrency` (one load or a sweep)."""
+                       timeout_s: float | None = None) -> ModelAnalyzerResult:
+    """Search 6 configs of `model` alone (instances x queue delay) at `concurrency` (one load or a sweep).
+
+    `timeout_s` defaults to 10 minutes per load."""
     loads = [concurrency] if isinstance(concurrency, int) else list(concurrency)
     exe = ma_venv(log)
     work = paths.work_dir() / "model-analyzer"
@@ -97,14 +102,54 @@ def run_model_analyzer(model: str, target_p95_ms: float, concurrency: int | list
     log(f"[perf]      model analyzer {MA_VERSION}: manual search of {model} (6 configs at concurrency "
         f"{', '.join(map(str, loads))})")
     t0 = time.perf_counter()
-    proc = subprocess.run([str(exe), "profile", "-f", str(cfg_path)], env=env, capture_output=True, text=True,
-                          timeout=timeout_s, cwd=work)
+    proc = subprocess.Popen([str(exe), "profile", "-f", str(cfg_path)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=work, start_new_session=True)
+    try:
+        output, _ = proc.communicate(timeout=timeout_s or 600 * len(loads))
+    except subprocess.TimeoutExpired:
+        output = _stop(proc)
+        (work / "model-analyzer.log").write_text(output)
+        written = len(list((work / "output").glob(f"{model}_config_*")))
+        raise HotpathError(f"model analyzer did not finish in {time.perf_counter() - t0:.0f} s ({written} configs "
+                           f"of {model} started; log {work / 'model-analyzer.log'})") from None
     seconds = time.perf_counter() - t0
-    (work / "model-analyzer.log").write_text(proc.stdout + proc.stderr)
+    (work / "model-analyzer.log").write_text(output)
     if proc.returncode != 0:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-10:])
+        tail = "\n".join(output.strip().splitlines()[-10:])
         raise HotpathError(f"model analyzer failed (log {work / 'model-analyzer.log'}):\n{tail}")
     return _parse_results(work, seconds)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Process ids below `pid` (Linux /proc); Model Analyzer starts tritonserver in a session of its own."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _stop(proc: subprocess.Popen) -> str:
+    """Interrupt Model Analyzer (it checkpoints and stops its server on SIGINT); then end what is left."""
+    below = _descendants(proc.pid)
+    proc.send_signal(signal.SIGINT)
+    try:
+        output, _ = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        output, _ = proc.communicate()
+    for pid in below:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    return output
 
 
 def _parse_results(work: Path, seconds: float) -> ModelAnalyzerResult:

@@ -1,0 +1,44 @@
+"""`hotpath tune` end to end on a real server: reloads, sweeps, the trial log, the report, the winner left running."""
+
+import json
+
+import pytest
+import tritonclient.grpc as grpcclient
+
+from hotpath.perf.analyzer import Measurement
+from hotpath.perf.knobs import read_knobs
+from hotpath.perf.reload import served_config
+from hotpath.perf.slo import load_slos
+from hotpath.perf.tune_run import run_tune
+from hotpath.server.ports import ServerPorts, free_ports
+from hotpath.server.process import LocalTriton
+
+
+@pytest.fixture(scope="module")
+def explicit_url(triton):   # the session server's fixture builds the repository first
+    http, grpc, metrics = free_ports(3)
+    with LocalTriton(ports=ServerPorts(http, grpc, metrics), model_control="explicit") as server:
+        yield server.grpc_url
+
+
+def test_a_short_tuning_run(explicit_url, tmp_path):
+    slo = load_slos("cpu")["image_classification"]   # an ensemble: reloads of its steps
+    client = grpcclient.InferenceServerClient(explicit_url)
+    cache_before = served_config(client, slo.endpoint).response_cache.enable
+    best, trials, record = run_tune(explicit_url, slo, max_trials=3, concurrencies=(2,),
+                                    measurement=Measurement(1000, 100, 3), reports_dir=tmp_path, log=lambda m: None)
+    assert len(trials) == 3 and trials[0].change == "baseline" and trials[1].change == "baseline (repeat)"
+    # Every trial measured the sweep and the declared load (which a busy host may miss: shed requests),
+    # the sweep point with the server-side breakdown.
+    for t in trials:
+        assert [p.concurrency for p in t.points] == [2, slo.concurrency]
+        assert t.points[0].throughput > 0 and set(best.state) <= set(t.points[0].steps), t.change
+    # The third trial moved a knob: the server ran it (its own knobs), then got the winner back.
+    assert trials[2].state != trials[0].state
+    assert {m: read_knobs(served_config(client, m)) for m in best.state} == best.state
+    assert served_config(client, slo.endpoint).response_cache.enable == cache_before
+    logged = [json.loads(line) for line in record.read_text().splitlines()]
+    assert [t["change"] for t in logged] == [t.change for t in trials]
+    assert record.with_suffix(".start.json").exists()
+    report = (tmp_path / f"tune-{slo.endpoint}.md").read_text()
+    assert trials[2].change in report and "Winner: trial" in report
