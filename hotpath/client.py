@@ -147,7 +147,11 @@ class EndpointClient:
         results = []
         for i in range(0, len(items), size):
             result = self.infer_raw([text_input(self.input_name, items[i:i + size])])
-            results.append({n: result.as_numpy(n) for n in self.output_names})
+            outputs = {n: result.as_numpy(n) for n in self.output_names}
+            missing = [n for n, a in outputs.items() if a is None]
+            if missing:  # tritonserver 2.51's response cache can replay a cached error as an empty success
+                raise ServerFaultError(f"{self._where}: a success without outputs {missing}")
+            results.append(outputs)
         return results
 
     def close(self) -> None:

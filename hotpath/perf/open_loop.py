@@ -23,6 +23,7 @@ class Outcome:
     latency_s: float
     status: str          # "OK" or the gRPC status name (UNAVAILABLE, INVALID_ARGUMENT, ...)
     message: str = ""
+    lag_s: float = 0.0   # how late the client sent it vs its schedule (a client that falls behind sends bursts)
 
 
 @dataclass
@@ -49,7 +50,7 @@ class OpenLoopResult:
                 f"admitted {len(ok)} ({self.admitted_per_s:.0f}/s, p50 {self.latency_ms('OK', 50):.1f} ms, "
                 f"p95 {self.latency_ms('OK', 95):.1f} ms), refused UNAVAILABLE {len(refused)} "
                 f"(p50 {self.latency_ms('UNAVAILABLE', 50):.1f} ms, p95 {self.latency_ms('UNAVAILABLE', 95):.1f} ms), "
-                f"other {others}")
+                f"other {others}; client send lag p95 {np.percentile([o.lag_s for o in self.outcomes], 95) * 1e3:.1f} ms")
 
 
 def run_open_loop(url: str, model: str, make_inputs: Callable[[int], list[grpcclient.InferInput]],
@@ -62,13 +63,13 @@ def run_open_loop(url: str, model: str, make_inputs: Callable[[int], list[grpccl
     client = grpcclient.InferenceServerClient(url)
     start = time.perf_counter()
 
-    def callback(sent: float):
+    def callback(sent: float, due: float):
         def _cb(result=None, error=None):  # tritonclient passes keywords
             now = time.perf_counter()
             status = "OK" if error is None else str(error.status() or "UNKNOWN").removeprefix("StatusCode.")
             with lock:
                 run.outcomes.append(Outcome(sent - start, now - sent, status,
-                                               "" if error is None else error.message()))
+                                            "" if error is None else error.message(), sent - due))
             done.release()
         return _cb
 
@@ -78,7 +79,7 @@ def run_open_loop(url: str, model: str, make_inputs: Callable[[int], list[grpccl
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            client.async_infer(model, inputs[i], callback(time.perf_counter()))
+            client.async_infer(model, inputs[i], callback(time.perf_counter(), due))
         for _ in range(total):
             if not done.acquire(timeout=drain_s):
                 raise TimeoutError(f"{model}: {total - len(run.outcomes)} of {total} requests unanswered "

@@ -34,7 +34,7 @@ class PreprocessOptions:
     resize_shorter: int = 256
     crop: int = 224
     max_pixels: int = 40_000_000      # decompression-bomb guard, checked before decoding
-    max_bytes: int = 20 * 1024 * 1024
+    max_bytes: int = 8 * 1024 * 1024
     max_decoded_pixels: int = 4_194_304  # pixels actually decoded (after reduced-size JPEG decoding)
     fast_jpeg: bool = True            # reduced-size JPEG decoding
 

@@ -22,7 +22,7 @@ class TritonPythonModel:
             resize_shorter=int(p.get("resize_shorter", 256)),
             crop=int(p.get("crop", 224)),
             max_pixels=int(p.get("max_pixels", 40_000_000)),
-            max_bytes=int(p.get("max_bytes", 20 * 1024 * 1024)),
+            max_bytes=int(p.get("max_bytes", PreprocessOptions.max_bytes)),
             max_decoded_pixels=int(p.get("max_decoded_pixels", PreprocessOptions.max_decoded_pixels)),
             fast_jpeg=p.get("fast_jpeg", "true").lower() in ("1", "true"),
         )

@@ -85,7 +85,7 @@ def test_bad_input_is_invalid_argument_with_a_clear_message(triton, endpoint, ca
                          for row in data], dtype=object)
     with pytest.raises(InferenceServerException) as info:
         _send(module, url, endpoint, input_name, data, dtype)
-    assert info.value.status() == want, (info.value.status(), info.value.message())
+    assert info.value.status() == want, (info.value.status(), info.value.message(), triton.log_tail(15))
     assert fragment in info.value.message(), info.value.message()
 
 
