@@ -139,17 +139,25 @@ def _descendants(pid: int) -> list[int]:
 
 def _stop(proc: subprocess.Popen) -> str:
     """Interrupt Model Analyzer (it checkpoints and stops its server on SIGINT); then end what is left."""
-    below = _descendants(proc.pid)
+    below = set(_descendants(proc.pid))
     proc.send_signal(signal.SIGINT)
     try:
-        output, _ = proc.communicate(timeout=60)
+        proc.wait(timeout=60)   # not communicate(): its servers hold the output pipe open
     except subprocess.TimeoutExpired:
+        below |= set(_descendants(proc.pid))   # it may have started another server meanwhile
         proc.kill()
-        output, _ = proc.communicate()
-    for pid in below:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    return output
+        proc.wait()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [pid for pid in below if Path(f"/proc/{pid}").exists()]
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + 30
+        while alive and time.monotonic() < deadline:   # tritonserver drains for a few seconds
+            time.sleep(0.5)
+            alive = [pid for pid in alive if Path(f"/proc/{pid}").exists()
+                     and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+    return proc.communicate()[0]
 
 
 def _parse_results(work: Path, seconds: float) -> ModelAnalyzerResult:
