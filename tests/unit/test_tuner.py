@@ -241,7 +241,7 @@ def test_replaying_a_recorded_real_run_reproduces_its_decisions():
 
 
 def test_the_report_lists_every_trial_the_winner_and_model_analyzer_beside_it():
-    from hotpath.perf.tune_run import Rival, summary
+    from hotpath.perf.tune_report import Rival, summary
 
     space, evaluate = _space(), _evaluator(delays_cost=0.0)
     best, trials = tune(space, evaluate, OBJECTIVE, max_trials=6, log=lambda m: None)
