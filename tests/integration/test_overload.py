@@ -120,6 +120,12 @@ def overload(grpc_url):
     return warm, result
 
 
+QUEUE_POLICY_STALL = ("no queue policy in the specs: any default_queue_policy stalls tritonserver 2.51's dynamic "
+                      "batcher ~0.5 s between executions (c=8: p95 525 ms, 60-87/s vs 33 ms, 375/s; "
+                      "perf/reports/overload.md); load is shed in front of the server")
+
+
+@pytest.mark.skip(reason=QUEUE_POLICY_STALL)
 def test_open_loop_at_twice_capacity_refuses_the_excess_fast_with_unavailable(overload):
     _, result = overload
     refused, admitted = result.of("UNAVAILABLE"), result.of("OK")
@@ -131,9 +137,7 @@ def test_open_loop_at_twice_capacity_refuses_the_excess_fast_with_unavailable(ov
     assert result.latency_ms("UNAVAILABLE", 95) < 100, result.summary()  # busy 2-core host: tail
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "tritonserver 2.51 dynamic batcher: while a full queue refuses, some admitted requests stall ~0.5 s "
-    "with the executions idle between (p95 ~0.6 s at 1400/s offered; queue full -> batcher wake-up?)"))
+@pytest.mark.skip(reason=QUEUE_POLICY_STALL)
 def test_open_loop_at_twice_capacity_keeps_admitted_latency(overload):
     warm, result = overload
     target_ms = load_slos("cpu")["text_embedding"].p95_ms
