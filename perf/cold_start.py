@@ -6,6 +6,7 @@
 import argparse
 import platform
 import statistics
+import signal
 import sys
 import tempfile
 from datetime import datetime, timezone
@@ -32,6 +33,8 @@ def main() -> int:
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--allow-busy", action="store_true", default=allow_busy_default())
     args = parser.parse_args()
+    # A timeout's SIGTERM unwinds the with-blocks, so no tritonserver or Prometheus outlives the script.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     quiet = require_quiet(args.allow_busy)
     endpoints = load_endpoints(args.profile)
     models = tuple(dict.fromkeys(m for e in endpoints for m in e.models))

@@ -7,6 +7,7 @@ requests a dying replica takes down when nothing retries them.
 """
 
 import argparse
+import signal
 import sys
 from datetime import datetime, timezone
 
@@ -27,6 +28,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--allow-busy", action="store_true", default=allow_busy_default())
     args = parser.parse_args()
+    # A timeout's SIGTERM unwinds the with-blocks, so no tritonserver or Prometheus outlives the script.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     quiet = require_quiet(args.allow_busy)
     text = next(e for e in load_endpoints("cpu") if e.name == "text_embedding")
     repository = linked(text.models)

@@ -7,6 +7,7 @@ perf_analyzer at a fixed concurrency per endpoint; then the recorded series are 
 """
 
 import argparse
+import signal
 import sys
 from datetime import datetime, timezone
 
@@ -14,6 +15,7 @@ from hotpath import paths
 from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.monitoring.local import LocalPrometheus
 from hotpath.perf.analyzer import Measurement, run
+from hotpath.perf.measure import response_cache_off
 from hotpath.perf.quiet import allow_busy_default, require_quiet
 from hotpath.perf.slo import load_slos
 from hotpath.server.ports import ServerPorts, free_ports
@@ -35,6 +37,8 @@ def main() -> int:
                         help="closed-loop clients per endpoint (the declared load of perf/slo.toml overloads this host)")
     parser.add_argument("--allow-busy", action="store_true", default=allow_busy_default())
     args = parser.parse_args()
+    # A timeout's SIGTERM unwinds the with-blocks, so no tritonserver or Prometheus outlives the script.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     quiet = require_quiet(args.allow_busy)
     endpoints = load_endpoints(args.profile)
     slos = load_slos(args.profile)
@@ -45,14 +49,17 @@ def main() -> int:
              f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `.venv/bin/python perf/monitoring_snapshot.py`: "
              f"local tritonserver, Debian Prometheus 2.42 scraping every second with "
              f"`monitoring/rules/hotpath-{args.profile}.rules.yml`, perf_analyzer at concurrency {args.concurrency} "
-             f"with real payloads, one endpoint at a time. Machine: {quiet.summary()}.", ""]
+             f"with real payloads and the response cache off (the payloads repeat), one endpoint at a time; "
+             f"Prometheus read right after each run. Machine: {quiet.summary()}.", ""]
     with LocalTriton(linked(models), ServerPorts(http, grpc, metrics),
-                     extra_args=["--metrics-interval-ms=1000"], log=lambda m: None) as server, \
+                     model_control="explicit", extra_args=["--metrics-interval-ms=1000"], log=lambda m: None) as server, \
             LocalPrometheus([f"127.0.0.1:{metrics}"], [rules], prom) as prometheus:
         for e in endpoints:
             slo = slos[e.name]
-            point = run(e.name, server.grpc_url, "concurrency", args.concurrency, slo.input_data,
-                        measurement=Measurement(interval_ms=10000))
+            # perf payloads cycle 50 inputs: with the cache on every request would be a hit.
+            with response_cache_off(server.grpc_url, e.name):
+                point = run(e.name, server.grpc_url, "concurrency", args.concurrency, slo.input_data,
+                            measurement=Measurement(interval_ms=8000, stability_pct=60, max_trials=4))
             m = f'{{model="{e.name}"}}'
             q = {name: value(prometheus, f"hotpath:request_latency_ms:{name}{m}").get(e.name) for name in ("p50", "p95", "p99")}
             steps_queue = value(prometheus, "hotpath:queue_ms_per_request:rate1m")
@@ -67,8 +74,7 @@ def main() -> int:
                       + " / ".join(f"{v:.1f}" if v is not None else "-" for v in q.values()) + " ms |"]
             for label, series in (("queue per endpoint request", "hotpath:endpoint_queue_ms_per_request:rate1m"),
                                   ("throughput", "hotpath:requests_per_second:rate1m"),
-                                  ("failure ratio", "hotpath:failure_ratio:rate5m"),
-                                  ("cache hit ratio", "hotpath:cache_hit_ratio:rate5m")):
+                                  ("failure ratio", "hotpath:failure_ratio:rate5m")):
                 v = value(prometheus, f"{series}{m}").get(e.name)
                 if v is not None:
                     lines.append(f"| {label} | `{series}` | {v:.3g} |")
