@@ -12,6 +12,7 @@ import yaml
 
 from hotpath import paths
 from hotpath.client import ClassificationClient, ClientError, EmbeddingClient
+from hotpath.engines import build_repository
 from hotpath.monitoring.dashboard import GPU_METRICS, expressions
 from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.monitoring.local import LocalPrometheus
@@ -64,6 +65,7 @@ def _load(server: LocalTriton, seconds: float) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def scraped(tmp_path_factory):
     """A tritonserver with summary quantiles, Prometheus scraping it every second, after a short load."""
+    build_repository()  # incremental: nothing to do once `make engines` ran
     http, grpc, metrics, prom_port = free_ports(4)
     repository = linked((m for e in load_endpoints(PROFILE) for m in e.models), tmp_path_factory.mktemp("repository"))
     # LocalTriton turns on summary quantiles; CPU gauges refresh every second instead of every two.

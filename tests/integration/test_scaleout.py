@@ -4,6 +4,7 @@ is idempotent), no call fails for the client, and the survivors take all the tra
 
 import pytest
 
+from hotpath.engines import build_repository
 from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.scaleout import failover
 from hotpath.scaleout.nginx import GatewaySettings, LocalNginx
@@ -15,6 +16,7 @@ from hotpath.server.subset import linked
 
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
+    build_repository()  # incremental: nothing to do once `make engines` ran
     text = next(e for e in load_endpoints("cpu") if e.name == "text_embedding")
     repository = linked(text.models, tmp_path_factory.mktemp("repository"))
     # One ORT thread per replica: three replicas share two cores.

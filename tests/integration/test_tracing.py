@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 import tritonclient.grpc as grpcclient
 
+from hotpath.engines import build_repository
 from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.perf.cold_start import send_sample
 from hotpath.perf.otlp import spans, to_fragments
@@ -27,6 +28,7 @@ ENDPOINT, STEPS = _ENSEMBLE.name, _ENSEMBLE.steps
 @pytest.fixture(scope="module")
 def traced(tmp_path_factory):
     """`hotpath serve --trace-otlp` on the endpoint's models, one request, its spans."""
+    build_repository()  # incremental: nothing to do once `make engines` ran
     repository = linked((ENDPOINT, *STEPS), tmp_path_factory.mktemp("repository"))
     http, grpc, metrics, otlp = free_ports(4)
     with OtlpReceiver(otlp) as receiver:
