@@ -108,10 +108,26 @@ class Failover:
         return (statistics.median(window), max(window)) if window else (0.0, 0.0)
 
 
+def _wait_until_served(url: str, model: str, input_name: str, timeout_s: float = 30.0) -> None:
+    """Block until a request through the gateway succeeds: a refused connection before NGINX listens
+    (seen once in CI) is a start-up race, not a failover result."""
+    deadline = time.monotonic() + timeout_s
+    with grpcclient.InferenceServerClient(url) as client:
+        while True:
+            try:
+                client.infer(model, [text_input(input_name, ["failover warm-up"])], client_timeout=10)
+                return
+            except InferenceServerException:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+
 def run(replicas: LocalReplicas, gateway: LocalNginx, model: str, input_name: str, clients: int = 4,
         duration_s: float = 10.0, kill_after_s: float = 4.0, kill_index: int = 0,
         client_retries: bool = True) -> Failover:
     """`clients` closed loops of unique texts through the gateway; replica `kill_index` gets SIGKILL."""
+    _wait_until_served(gateway.grpc_url, model, input_name)
     calls: list[Call] = []
     lock = threading.Lock()
     t0 = time.time()
