@@ -22,7 +22,7 @@ from hotpath.errors import BuildError
 from hotpath.exporters.base import Exporter, ExportReport, Log
 from hotpath.exporters.sentence_encoder import (INPUT_NAMES, PARITY_TEXTS, SentenceEncoderExporter, _check_io,
                                                  _tokenize, export_pooled_encoder, minilm_dir)
-from hotpath.exporters.tokenizer_graph import bert_tokenizer_graph, extensions_library
+from hotpath.exporters.tokenizer_graph import OUTPUTS, bert_tokenizer_graph, extensions_library
 from hotpath.spec import ModelSpec
 
 # Beyond the encoder's parity texts: accents and scripts where WordPiece normalizers tend to differ.
@@ -71,32 +71,30 @@ class TokenizedEncoderExporter(Exporter):
         tmp_path = version_dir / "model.onnx.tmp"
         onnx.save(merged, str(tmp_path))
         try:
-            metrics = self._parity(spec, module, tmp_path, text_input, output_name, max_length, log)
+            metrics = self._parity(spec, module, tokenizer, tmp_path, text_input, output_name, max_length, log)
         except BuildError:
             tmp_path.unlink(missing_ok=True)
             raise
         tmp_path.replace(out_path)
         return ExportReport(files=["model.onnx"], metrics={**metrics, "opset": opset})
 
-    def _parity(self, spec: ModelSpec, module, onnx_path: Path, text_input: str, output_name: str, max_length: int,
-                log: Log) -> dict:
-        import onnxruntime as ort
+    def _parity(self, spec: ModelSpec, module, tokenizer, onnx_path: Path, text_input: str, output_name: str,
+                max_length: int, log: Log) -> dict:
         import torch
 
         atol = float(spec.hotpath.get("parity_atol", 1e-4))
         min_cos = float(spec.hotpath.get("parity_min_cosine", 0.98))
         texts = PARITY_TEXTS + EXTRA_TEXTS + _perf_texts()
-        options = ort.SessionOptions()
-        options.register_custom_ops_library(extensions_library())
-        session = ort.InferenceSession(str(onnx_path), options, providers=["CPUExecutionProvider"])
+        session = _session(str(onnx_path))
+        batch = {text_input: np.array(texts, dtype=object).reshape(-1, 1)}
         reference_ids = _tokenize(texts, max_length)
-        got_ids = dict(zip(("input_ids", "attention_mask", "token_type_ids"),
-                           _tokenizer_only(onnx_path, text_input, texts)))
+        # The tokenizer graph alone (the same nodes the merged model starts with) gives the token ids.
+        got_ids = dict(zip(OUTPUTS, _session(tokenizer.SerializeToString()).run(list(OUTPUTS), batch)))
         same = np.array([np.array_equal(got_ids["input_ids"][i], reference_ids["input_ids"][i]) for i in range(len(texts))])
         with torch.no_grad():
             ref = module(*(torch.from_numpy(reference_ids[n]) for n in INPUT_NAMES)).numpy()
         # Batched as served, and one text alone: a batch-dependent graph (padding) shows up here.
-        got = session.run([output_name], {text_input: np.array(texts, dtype=object).reshape(-1, 1)})[0]
+        got = session.run([output_name], batch)[0]
         alone = session.run([output_name], {text_input: np.array([[texts[1]]], dtype=object)})[0]
         diff = float(np.max(np.abs(ref[same] - got[same])))
         diff_alone = float(np.max(np.abs(ref[1] - alone[0])))
@@ -139,15 +137,10 @@ def _perf_texts() -> list[str]:
     return [entry["TEXT"][0] for entry in json.loads(path.read_text())["data"]]
 
 
-def _tokenizer_only(onnx_path: Path, text_input: str, texts: list[str]) -> list[np.ndarray]:
-    """Run just the tokenizer part of the merged graph (its outputs are intermediate values there)."""
-    import onnx
+def _session(model):
+    """A CPU session (model path or serialized bytes) with the onnxruntime-extensions ops registered."""
     import onnxruntime as ort
 
-    model = onnx.load(str(onnx_path))
-    extract = onnx.utils.Extractor(model).extract_model([text_input], ["input_ids", "attention_mask",
-                                                                       "token_type_ids"])
     options = ort.SessionOptions()
     options.register_custom_ops_library(extensions_library())
-    session = ort.InferenceSession(extract.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    return session.run(None, {text_input: np.array(texts, dtype=object).reshape(-1, 1)})
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])

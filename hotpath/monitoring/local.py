@@ -16,6 +16,7 @@ import yaml
 
 from hotpath.errors import HotpathError
 from hotpath.monitoring.promql import JOB
+from hotpath.processes import stop_process
 
 
 class LocalPrometheus:
@@ -74,13 +75,7 @@ class LocalPrometheus:
         return data["result"] if data["resultType"] == "vector" else [{"metric": {}, "value": data["result"]}]
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout=15, group=False)
         if self.dir:
             self.log.close()
             shutil.rmtree(self.dir, ignore_errors=True)

@@ -14,6 +14,7 @@ from pathlib import Path
 import crossplane
 
 from hotpath.errors import HotpathError
+from hotpath.processes import stop_process
 
 # Stateless inference and read-only calls may run twice: retry them on another replica even when
 # the request already reached one (NGINX never retries a POST, which every gRPC call is, without
@@ -152,13 +153,7 @@ class LocalNginx:
         return self
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGQUIT)   # graceful: finish in-flight requests
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_process(self.process, signal.SIGQUIT, 10)   # SIGQUIT: graceful, finish in-flight requests
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> "LocalNginx":

@@ -15,6 +15,7 @@ from typing import Callable
 
 from hotpath import paths
 from hotpath.errors import ServerError
+from hotpath.processes import stop_process
 from hotpath.runtime.timing import ENV as STUB_TIMING_ENV
 from hotpath.server.install import TritonInstall, prepare_backend_dir, server_environment
 from hotpath.server.ports import ServerPorts, port_is_free
@@ -134,13 +135,7 @@ class LocalTriton:
         raise ServerError(f"tritonserver not ready after {timeout:.0f}s:\n{self.log_tail()}")
 
     def stop(self, timeout: float = 30.0) -> None:
-        if self.process and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        stop_process(self.process, signal.SIGTERM, timeout)
         if self.staged and self.staged.exists():
             shutil.rmtree(self.staged, ignore_errors=True)
 
