@@ -8,7 +8,13 @@ CACHE_DIR=${HOTPATH_CACHE_DIR:-/cache}
 ON_INCOMPATIBLE=${HOTPATH_ON_INCOMPATIBLE:-rebuild}   # rebuild | fail
 TRITONSERVER=${TRITONSERVER:-tritonserver}
 PYTHON=${PYTHON:-python3}
-# Restricted endpoints (shared memory, repository, trace, logging) need this header value.
+# Restricted APIs need header `admin-key` (HTTP) / `triton-grpc-protocol-admin-key` (gRPC) with this value:
+# $HOTPATH_ADMIN_KEY, else the file $HOTPATH_ADMIN_KEY_FILE (a mounted secret), else a random key that
+# nobody knows (the APIs stay shut). Same list as hotpath.server.admin.RESTRICTED (a unit test checks).
+RESTRICTED_APIS="model-repository,shared-memory,logging,trace,statistics"
+if [ -z "${HOTPATH_ADMIN_KEY:-}" ] && [ -n "${HOTPATH_ADMIN_KEY_FILE:-}" ]; then
+  HOTPATH_ADMIN_KEY=$(tr -d ' \n' < "$HOTPATH_ADMIN_KEY_FILE")
+fi
 ADMIN_KEY=${HOTPATH_ADMIN_KEY:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
 
 mkdir -p "$CACHE_DIR"
@@ -32,8 +38,8 @@ exec "$TRITONSERVER" "${startup_args[@]}" \
   --http-port="${HTTP_PORT:-8000}" --grpc-port="${GRPC_PORT:-8001}" --metrics-port="${METRICS_PORT:-8002}" \
   --strict-readiness=true --exit-on-error=true --exit-timeout-secs="${HOTPATH_EXIT_TIMEOUT_SECS:-30}" \
   --model-control-mode=none --disable-auto-complete-config \
-  --http-restricted-api="shared-memory,model-repository,trace,logging:admin-key=${ADMIN_KEY}" \
-  --grpc-restricted-protocol="shared-memory,model-repository,trace,logging:admin-key=${ADMIN_KEY}" \
+  --http-restricted-api="${RESTRICTED_APIS}:admin-key=${ADMIN_KEY}" \
+  --grpc-restricted-protocol="${RESTRICTED_APIS}:admin-key=${ADMIN_KEY}" \
   --cache-config="local,size=${RESPONSE_CACHE_BYTES:-268435456}" \
   --metrics-config=summary_latencies=true "${trace_args[@]}" \
   "$@"

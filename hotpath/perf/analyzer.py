@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hotpath.errors import HotpathError
+from hotpath.server.admin import perf_analyzer_flags
 
 
 @dataclass
@@ -115,6 +116,8 @@ def _run_once(model, url, load_kind, load, input_data, protocol, measurement, ex
         cmd = [str(perf_analyzer_binary()), "-m", model, "-u", url, "-i", protocol, flag, f"{load:g}",
                "--percentile=95", "-f", str(out), "--measurement-interval", str(measurement.interval_ms),
                "-s", str(measurement.stability_pct), "--max-trials", str(measurement.max_trials),
+               # It reads the statistics API, restricted on hotpath's servers (harmless elsewhere).
+               *perf_analyzer_flags(protocol),
                *(["--input-data", str(input_data)] if input_data else []), *(extra or [])]
         proc = subprocess.run(cmd, env=perf_analyzer_env(), capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0 or not out.exists():

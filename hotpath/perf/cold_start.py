@@ -27,6 +27,7 @@ from hotpath.monitoring.endpoints import Endpoint
 from hotpath.perf.endpoints import get_endpoint
 from hotpath.perf.reload import load_config, served_config
 from hotpath.perf.stats import breakdown, snapshot, step_cost
+from hotpath.server.admin import admin_headers
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 
@@ -118,7 +119,7 @@ def measure_reloads(repository: Path, models: list[str]) -> dict[str, tuple[floa
             bare.ClearField("model_warmup")
             times = []
             for variant in (config, bare):
-                client.unload_model(model)
+                client.unload_model(model, headers=admin_headers())
                 t0 = time.perf_counter()
                 load_config(client, model, variant)
                 times.append(time.perf_counter() - t0)

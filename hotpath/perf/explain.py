@@ -22,6 +22,7 @@ from hotpath.perf.analyzer import Measurement, PerfPoint
 from hotpath.perf.measure import measure, response_cache_off
 from hotpath.perf.trace import SegmentStats, read_trace_files, request_segments, summarize
 from hotpath.runtime.timing import read_logs
+from hotpath.server.admin import admin_headers
 
 DEFAULT_CONCURRENCIES = (1, 8)
 
@@ -44,7 +45,7 @@ class Explained:
 
 
 def trace_file_of(client: grpcclient.InferenceServerClient) -> Path:
-    settings = client.get_trace_settings(as_json=True).get("settings", {})
+    settings = client.get_trace_settings(as_json=True, headers=admin_headers()).get("settings", {})
     value = (settings.get("trace_file", {}).get("value") or [""])[0]
     if not value:
         raise HotpathError("the server has no trace file (Triton accepts it only at startup); serve with "
@@ -61,11 +62,11 @@ def traced_run(url: str, endpoint: str, concurrency: int, input_data: Path | Non
     t0 = time.monotonic_ns()
     # log_frequency 0: keep traces in memory until tracing is switched off, then write them at once.
     client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1", "trace_count": "-1",
-                                           "log_frequency": "0"})
+                                           "log_frequency": "0"}, headers=admin_headers())
     try:
         point = measure(url, endpoint, "concurrency", concurrency, input_data, measurement)
     finally:
-        client.update_trace_settings(settings={"trace_level": ["OFF"]})
+        client.update_trace_settings(settings={"trace_level": ["OFF"]}, headers=admin_headers())
     t1 = time.monotonic_ns()
     roots = _wait_for_traces(trace_file, endpoint, t0, t1)
     roots = roots[int(len(roots) * warmup_fraction):]

@@ -9,6 +9,8 @@ import tritonclient.grpc as grpcclient
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from hotpath.server.admin import admin_headers
+
 
 def served_config(client: grpcclient.InferenceServerClient, model: str) -> mc.ModelConfig:
     """The config the server runs now (for the local server: the staged substitute)."""
@@ -18,7 +20,8 @@ def served_config(client: grpcclient.InferenceServerClient, model: str) -> mc.Mo
 
 def load_config(client: grpcclient.InferenceServerClient, model: str, config: mc.ModelConfig) -> None:
     """Reload `model` with `config` (no server restart; needs --model-control-mode=explicit)."""
-    client.load_model(model, config=json_format.MessageToJson(config, preserving_proto_field_name=True))
+    client.load_model(model, config=json_format.MessageToJson(config, preserving_proto_field_name=True),
+                      headers=admin_headers())
 
 
 @contextlib.contextmanager

@@ -10,13 +10,15 @@ from typing import Any
 
 import tritonclient.grpc as grpcclient
 
+from hotpath.server.admin import admin_headers
+
 PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 
 
 def snapshot(url: str) -> dict[str, dict[str, Any]]:
     """Cumulative statistics of every model, by model name."""
     with grpcclient.InferenceServerClient(url) as client:
-        stats = client.get_inference_statistics(as_json=True).get("model_stats", [])
+        stats = client.get_inference_statistics(as_json=True, headers=admin_headers()).get("model_stats", [])
     out = {}
     for s in stats:
         inf = s.get("inference_stats", {})

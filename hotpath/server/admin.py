@@ -2,18 +2,24 @@
 
 Restricted by default on every hotpath server (local and container): model repository (load/unload),
 shared memory, logging, trace and statistics. Health, metadata, config and inference stay open.
-hotpath's own tools send the key as the `admin-key` header.
+hotpath's own tools send the key: HTTP header `admin-key`; over gRPC Triton 2.51 expects the metadata
+key `triton-grpc-protocol-admin-key` (it prefixes the configured name). Without it HTTP answers 403,
+gRPC answers UNAVAILABLE "This protocol is restricted" (measured on 2.51).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import tempfile
 from pathlib import Path
 
 from hotpath import paths
+from hotpath.errors import HotpathError
 
 HEADER = "admin-key"
+GRPC_HEADER = f"triton-grpc-protocol-{HEADER}"
 ENV = "HOTPATH_ADMIN_KEY"
 FILE_ENV = "HOTPATH_ADMIN_KEY_FILE"
 RESTRICTED = ("model-repository", "shared-memory", "logging", "trace", "statistics")
@@ -26,24 +32,42 @@ def _key_file() -> Path:
 def admin_key() -> str:
     """The key: $HOTPATH_ADMIN_KEY, else the file $HOTPATH_ADMIN_KEY_FILE (default .hotpath/admin-key),
     created with a random key (mode 0600) on first use so that a local server is never left open."""
-    if os.environ.get(ENV):
-        return os.environ[ENV].strip()
+    if os.environ.get(ENV, "").strip():
+        return _checked(os.environ[ENV].strip(), f"${ENV}")
     path = _key_file()
-    if path.exists():
-        key = path.read_text().strip()
-        if key:
-            return key
-    path.parent.mkdir(parents=True, exist_ok=True)
-    key = secrets.token_hex(16)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(key + "\n")
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Written aside, then linked into place: concurrent first uses (a server and a tool) agree on
+        # one key and never read a half-written file.
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".admin-key-")  # mode 0600
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(16) + "\n")
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    return _checked(path.read_text().strip(), str(path))
+
+
+def _checked(key: str, source: str) -> str:
+    # tritonserver splits its restricted-API flag at ',', ':' and '='; a header value holds no spaces.
+    if not re.fullmatch(r"[A-Za-z0-9._~+/-]+", key):
+        raise HotpathError(f"admin key from {source} is empty or has characters other than letters, digits "
+                           "and ._~+/-")
     return key
 
 
-def admin_headers() -> dict[str, str]:
-    """Headers for a tritonclient call to a restricted API (load_model, statistics, trace, logging...)."""
-    return {HEADER: admin_key()}
+def admin_headers(protocol: str = "grpc") -> dict[str, str]:
+    """`headers=` for a tritonclient call to a restricted API (load_model, statistics, trace, logging...)."""
+    return {GRPC_HEADER if protocol == "grpc" else HEADER: admin_key()}
+
+
+def perf_analyzer_flags(protocol: str = "grpc") -> list[str]:
+    """perf_analyzer reads the statistics API: `-H name:value` (perf_analyzer 2.50 sends it over gRPC too)."""
+    (name, value), = admin_headers(protocol).items()
+    return ["-H", f"{name}:{value}"]
 
 
 def restricted_api_flags(key: str | None = None) -> list[str]:

@@ -17,6 +17,7 @@ from hotpath import paths
 from hotpath.errors import ServerError
 from hotpath.processes import stop_process
 from hotpath.runtime.timing import ENV as STUB_TIMING_ENV
+from hotpath.server.admin import restricted_api_flags
 from hotpath.server.install import TritonInstall, prepare_backend_dir, server_environment
 from hotpath.server.ports import ServerPorts, port_is_free
 from hotpath.server.staging import stage_repository
@@ -89,7 +90,9 @@ class LocalTriton:
                "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
                f"--model-control-mode={self.model_control}", "--log-info=true",
                # Latency quantiles per model, which the dashboards and alerts of monitoring/ read.
-               "--metrics-config=summary_latencies=true", *self.extra_args]
+               "--metrics-config=summary_latencies=true",
+               # Repository, shared memory, logging, trace and statistics APIs only with the admin key.
+               *restricted_api_flags(), *self.extra_args]
         if self.cache_bytes:
             cmd.append(f"--cache-config=local,size={self.cache_bytes}")
         if self.model_control == "explicit":

@@ -80,6 +80,8 @@ def test_entrypoint_serves_the_fallback_without_gpu_and_restricts_admin_apis(ser
     assert _request(f"{base}/v2/repository/index", "POST", {"admin-key": "s3cret"}) == 200
     assert _request(f"{base}/v2/repository/models/echo/unload", "POST", {"admin-key": "s3cret"}) != 200
     assert _request(f"{base}/v2/systemsharedmemory/status") == 403
+    assert _request(f"{base}/v2/models/stats") == 403   # the list of hotpath.server.admin.RESTRICTED
+    assert _request(f"{base}/v2/models/stats", headers={"admin-key": "s3cret"}) == 200
     assert _request(f"{base}/v2/models/scaler/config") == 200
     # SIGTERM reaches tritonserver itself (exec): it drains within HOTPATH_EXIT_TIMEOUT_SECS and exits 0.
     os.killpg(proc.pid, signal.SIGTERM)

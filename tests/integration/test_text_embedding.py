@@ -13,6 +13,7 @@ from sentence_transformers import SentenceTransformer
 from hotpath.client import ClientError, EmbeddingClient, text_input
 from hotpath.exporters.sentence_encoder import minilm_dir
 from hotpath.exporters.tokenized_encoder import _in_contract
+from hotpath.server.admin import admin_headers
 
 TEXTS = [
     "hello",
@@ -101,7 +102,7 @@ def _tensor(name, data, dtype):
 
 def _batched_executions(url, model):
     with grpcclient.InferenceServerClient(url) as c:
-        stats = c.get_inference_statistics(model, as_json=True)["model_stats"][0]
+        stats = c.get_inference_statistics(model, as_json=True, headers=admin_headers())["model_stats"][0]
     return sum(int(b["compute_infer"]["count"]) for b in stats.get("batch_stats", []) if int(b["batch_size"]) > 1)
 
 

@@ -1,0 +1,87 @@
+"""hotpath.server.admin: where the admin key comes from, the headers tools send, the server flags."""
+
+import re
+import stat
+import threading
+
+import pytest
+
+from hotpath import paths
+from hotpath.errors import HotpathError
+from hotpath.server import admin
+
+
+@pytest.fixture
+def key_file(tmp_path, monkeypatch):
+    monkeypatch.delenv(admin.ENV, raising=False)
+    path = tmp_path / "keys" / "admin-key"
+    monkeypatch.setenv(admin.FILE_ENV, str(path))
+    return path
+
+
+def test_a_key_is_generated_once_private_and_reused(key_file):
+    key = admin.admin_key()
+    assert re.fullmatch(r"[0-9a-f]{32}", key)
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert admin.admin_key() == key and key_file.read_text().strip() == key
+    assert [p.name for p in key_file.parent.iterdir()] == ["admin-key"]   # no temporary file left
+
+
+def test_concurrent_first_uses_agree_on_one_key(key_file):
+    keys = []
+    threads = [threading.Thread(target=lambda: keys.append(admin.admin_key())) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(keys) == 16 and set(keys) == {key_file.read_text().strip()}
+
+
+def test_the_environment_wins_over_the_file(key_file, monkeypatch):
+    key_file.parent.mkdir()
+    key_file.write_text("from-file\n")
+    assert admin.admin_key() == "from-file"
+    monkeypatch.setenv(admin.ENV, " from-env ")
+    assert admin.admin_key() == "from-env"
+
+
+def test_the_default_file_lives_in_the_work_dir(tmp_path, monkeypatch):
+    monkeypatch.delenv(admin.ENV, raising=False)
+    monkeypatch.delenv(admin.FILE_ENV, raising=False)
+    monkeypatch.setenv("HOTPATH_WORK_DIR", str(tmp_path))
+    key = admin.admin_key()
+    assert (paths.work_dir() / "admin-key").read_text().strip() == key
+
+
+@pytest.mark.parametrize("bad", ["", "two words", "a,b", "k:v", "x=y"])
+def test_keys_that_would_break_the_server_flag_are_refused(key_file, bad):
+    key_file.parent.mkdir()
+    key_file.write_text(bad)
+    with pytest.raises(HotpathError, match="admin key"):
+        admin.admin_key()
+
+
+def test_headers_per_protocol_and_perf_analyzer_flags(monkeypatch):
+    monkeypatch.setenv(admin.ENV, "k3y")
+    # Triton 2.51 prefixes the gRPC metadata key (measured: the bare name is refused over gRPC).
+    assert admin.admin_headers() == {"triton-grpc-protocol-admin-key": "k3y"}
+    assert admin.admin_headers("http") == {"admin-key": "k3y"}
+    assert admin.perf_analyzer_flags() == ["-H", "triton-grpc-protocol-admin-key:k3y"]
+    assert admin.perf_analyzer_flags("http") == ["-H", "admin-key:k3y"]
+
+
+def test_server_flags_restrict_every_admin_api_on_both_protocols(monkeypatch):
+    monkeypatch.setenv(admin.ENV, "k3y")
+    spec = "model-repository,shared-memory,logging,trace,statistics:admin-key=k3y"
+    assert admin.restricted_api_flags() == [f"--http-restricted-api={spec}", f"--grpc-restricted-protocol={spec}"]
+    assert admin.restricted_api_flags("other")[0].endswith(":admin-key=other")
+
+
+def test_the_container_entrypoint_restricts_the_same_apis():
+    """docker/entrypoint.sh cannot import hotpath.server (not in the image): its list must match."""
+    script = (paths.ROOT / "docker" / "entrypoint.sh").read_text()
+    listed = re.search(r'^RESTRICTED_APIS="([^"]+)"$', script, re.M)
+    assert listed and tuple(listed.group(1).split(",")) == admin.RESTRICTED
+    flags = re.findall(r'--(http-restricted-api|grpc-restricted-protocol)="([^"]+)"', script)
+    assert sorted(f for f, _ in flags) == ["grpc-restricted-protocol", "http-restricted-api"]
+    assert {v for _, v in flags} == {f"${{RESTRICTED_APIS}}:{admin.HEADER}=${{ADMIN_KEY}}"}
