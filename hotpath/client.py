@@ -6,11 +6,16 @@ max_batch_size) rather than one request per item.
 Errors name what went wrong and whether trying again can help: InvalidInputError (INVALID_ARGUMENT:
 the request itself is bad, never retried), ServerUnavailableError (UNAVAILABLE: overloaded, shutting
 down or unreachable; retried a bounded number of times with jittered exponential backoff before it
-is raised), RequestTimeoutError (DEADLINE_EXCEEDED) and ServerFaultError (INTERNAL and the rest).
+is raised), RequestTimeoutError (DEADLINE_EXCEEDED), UnauthenticatedError (UNAUTHENTICATED: the
+gateway refused the tenant token) and ServerFaultError (INTERNAL and the rest).
+
+Behind the tenant gateway (hotpath.gateway) every call carries `authorization: Bearer <token>`:
+the `token` argument, else $HOTPATH_TOKEN.
 """
 
 from __future__ import annotations
 
+import os
 import queue
 import random
 import time
@@ -55,6 +60,12 @@ class RequestTimeoutError(ClientError):
     exit_code = 75  # sysexits EX_TEMPFAIL
 
 
+class UnauthenticatedError(ClientError):
+    """UNAUTHENTICATED: the gateway knows no tenant by this token (or none was sent; see HOTPATH_TOKEN)."""
+
+    exit_code = 77  # sysexits EX_NOPERM
+
+
 class ServerFaultError(ClientError):
     """INTERNAL and any other server-side failure: a bug or a broken model, not the request's fault."""
 
@@ -63,8 +74,10 @@ class ServerFaultError(ClientError):
 
 _BY_STATUS = {"INVALID_ARGUMENT": InvalidInputError, "UNAVAILABLE": ServerUnavailableError,
               "DEADLINE_EXCEEDED": RequestTimeoutError, "RESOURCE_EXHAUSTED": ServerUnavailableError,
+              "UNAUTHENTICATED": UnauthenticatedError,
               # HTTP statuses, as tritonclient.http reports them
-              "400": InvalidInputError, "503": ServerUnavailableError, "504": RequestTimeoutError}
+              "400": InvalidInputError, "503": ServerUnavailableError, "504": RequestTimeoutError,
+              "401": UnauthenticatedError, "413": InvalidInputError, "429": ServerUnavailableError}
 
 
 def client_error(where: str, exc: InferenceServerException) -> ClientError:
@@ -96,6 +109,28 @@ class RetryPolicy:
             attempt += 1
 
 
+TOKEN_ENV = "HOTPATH_TOKEN"
+
+
+class BearerToken(grpcclient.InferenceServerClientPlugin):
+    """Adds `authorization: Bearer <token>` to every call of a tritonclient client."""
+
+    def __init__(self, token: str):
+        self._value = f"Bearer {token}"
+
+    def __call__(self, request) -> None:
+        request.headers["authorization"] = self._value
+
+
+def connect(url: str, token: str | None = None) -> grpcclient.InferenceServerClient:
+    """A gRPC client for `url` that sends `token` (default $HOTPATH_TOKEN) when there is one."""
+    client = grpcclient.InferenceServerClient(url)
+    token = token if token is not None else os.environ.get(TOKEN_ENV, "").strip()
+    if token:
+        client.register_plugin(BearerToken(token))
+    return client
+
+
 def text_input(name: str, texts: Sequence[str | bytes]) -> grpcclient.InferInput:
     """A BYTES input of shape [len(texts), 1]."""
     data = np.array([t.encode("utf-8") if isinstance(t, str) else bytes(t) for t in texts],
@@ -113,12 +148,12 @@ class EndpointClient:
     output_names: tuple[str, ...] = ()
 
     def __init__(self, url: str = "localhost:8001", model: str | None = None, timeout_s: float | None = 30.0,
-                 retry: RetryPolicy = RetryPolicy()):
+                 retry: RetryPolicy = RetryPolicy(), token: str | None = None):
         self.url = url
         self.model = model or self.model
         self.timeout_s = timeout_s
         self.retry = retry
-        self._client = grpcclient.InferenceServerClient(url)
+        self._client = connect(url, token)
         self._max_batch: int | None = None
 
     @property
@@ -260,9 +295,10 @@ class GenerationClient:
 
     model = "text_generation"
 
-    def __init__(self, url: str = "localhost:8001", model: str | None = None, timeout_s: float = 120.0):
+    def __init__(self, url: str = "localhost:8001", model: str | None = None, timeout_s: float = 120.0,
+                 token: str | None = None):
         self.url, self.model, self.timeout_s = url, model or self.model, timeout_s
-        self._client = grpcclient.InferenceServerClient(url)
+        self._client = connect(url, token)
         self._responses: queue.Queue = queue.Queue()
         self._streaming = False
 

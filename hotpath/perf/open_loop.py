@@ -54,8 +54,10 @@ class OpenLoopResult:
 
 
 def run_open_loop(url: str, model: str, make_inputs: Callable[[int], list[grpcclient.InferInput]],
-                  rate: float, duration_s: float, drain_s: float = 30.0) -> OpenLoopResult:
-    """Send `rate` requests/s for `duration_s` (request i gets make_inputs(i)); wait for every answer."""
+                  rate: float, duration_s: float, drain_s: float = 30.0,
+                  headers: dict[str, str] | None = None) -> OpenLoopResult:
+    """Send `rate` requests/s for `duration_s` (request i gets make_inputs(i), every one `headers`);
+    wait for every answer."""
     run = OpenLoopResult(rate, duration_s)
     lock, done = threading.Lock(), threading.Semaphore(0)
     total = int(rate * duration_s)
@@ -79,7 +81,7 @@ def run_open_loop(url: str, model: str, make_inputs: Callable[[int], list[grpccl
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            client.async_infer(model, inputs[i], callback(time.perf_counter(), due))
+            client.async_infer(model, inputs[i], callback(time.perf_counter(), due), headers=headers)
         for _ in range(total):
             if not done.acquire(timeout=drain_s):
                 raise TimeoutError(f"{model}: {total - len(run.outcomes)} of {total} requests unanswered "

@@ -17,6 +17,7 @@ class Slo:
     concurrency: int
     input_data: Path
     floor_ratio_goal: float | None = None
+    capacity_per_s: float | None = None   # measured throughput within p95_ms (sizes the gateway's admission cap)
 
 
 def slo_file() -> Path:
@@ -36,7 +37,7 @@ def load_slos(profile: str = "cpu", path: Path | None = None) -> dict[str, Slo]:
     for name, e in endpoints.items():
         try:
             slos[name] = Slo(name, float(e["p95_ms"]), int(e["concurrency"]), paths.ROOT / e["input_data"],
-                             e.get("floor_ratio_goal"))
+                             e.get("floor_ratio_goal"), e.get("capacity_per_s"))
         except KeyError as exc:
             raise HotpathError(f"{path}: profiles.{profile}.endpoints.{name} needs '{exc.args[0]}'") from None
     return slos

@@ -22,10 +22,11 @@ from hotpath.processes import stop_process
 IDEMPOTENT = ("ModelInfer", "ModelReady", "ServerReady", "ServerLive", "ModelMetadata", "ModelConfig",
               "ServerMetadata", "ModelStatistics")
 GATEWAY_MESSAGE = "no replica could complete the call"   # grpc-message of the gateway's own errors
+TEMP_KINDS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
 LOG_FORMAT = "$msec|$request_uri|$status|$upstream_addr|$upstream_status|$upstream_trailer_grpc_status|$request_time"
 
 
-def _d(directive: str, *args, block: list | None = None) -> dict:
+def d(directive: str, *args, block: list | None = None) -> dict:
     out = {"directive": directive, "args": [str(a) for a in args]}
     if block is not None:
         out["block"] = block
@@ -40,44 +41,52 @@ class GatewaySettings:
     fail_timeout_s: int = 10            # a failed replica is skipped this long before it is tried again
 
 
+def main_context(workdir: Path, http: list[dict], log_format: str = LOG_FORMAT) -> list[dict]:
+    """nginx.conf around an `http` block's own directives: one worker, files in `workdir`, an access log."""
+    temp = [d(f"{kind}_temp_path", workdir / "tmp" / kind) for kind in TEMP_KINDS]
+    return [
+        d("daemon", "off"),
+        d("worker_processes", 1),
+        d("pid", workdir / "nginx.pid"),
+        d("error_log", workdir / "error.log", "warn"),
+        d("events", block=[d("worker_connections", 1024)]),
+        d("http", block=[d("log_format", "hotpath", log_format), d("access_log", workdir / "access.log", "hotpath"),
+                          *temp, *http]),
+    ]
+
+
+def grpc_error(name: str, grpc_status: int, message: str) -> dict:
+    """A named location answering a gRPC call with `grpc_status` in a trailers-only response."""
+    return d("location", name, block=[
+        d("default_type", "application/grpc"),
+        d("add_header", "grpc-status", grpc_status, "always"),
+        d("add_header", "grpc-message", message, "always"),
+        d("return", 204)])
+
+
 def config(settings: GatewaySettings, workdir: Path) -> list[dict]:
     """The whole nginx.conf as crossplane directives."""
-    servers = [_d("server", u, "max_fails=1", f"fail_timeout={settings.fail_timeout_s}s") for u in settings.upstreams]
-    retry = [_d("grpc_next_upstream", "error", "timeout", "http_502", "http_503", "non_idempotent"),
-             _d("grpc_next_upstream_tries", len(settings.upstreams))] if settings.retry else \
-            [_d("grpc_next_upstream", "off")]
-    temp = [_d(f"{kind}_temp_path", workdir / "tmp" / kind) for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")]
-    return [
-        _d("daemon", "off"),
-        _d("worker_processes", 1),
-        _d("pid", workdir / "nginx.pid"),
-        _d("error_log", workdir / "error.log", "warn"),
-        _d("events", block=[_d("worker_connections", 1024)]),
-        _d("http", block=[
-            _d("log_format", "hotpath", LOG_FORMAT),
-            _d("access_log", workdir / "access.log", "hotpath"),
-            *temp,
-            _d("client_body_buffer_size", "8m"),   # request bodies stay in memory
-            _d("client_max_body_size", "16m"),
-            _d("upstream", "triton_grpc", block=[_d("least_conn"), *servers, _d("keepalive", 32)]),
-            _d("server", block=[
-                _d("listen", f"127.0.0.1:{settings.listen_port}", "http2"),
-                _d("grpc_connect_timeout", "1s"),
-                # NGINX's own errors (no replica reachable, one died mid-call) as gRPC UNAVAILABLE in a
-                # trailers-only response: a gRPC client may retry that, never a plain HTTP 502.
-                _d("error_page", 502, 503, 504, "=", "@unavailable"),
-                _d("location", "~", f"^/inference\\.GRPCInferenceService/({'|'.join(IDEMPOTENT)})$", block=[
-                    _d("grpc_pass", "grpc://triton_grpc"), *retry]),
-                _d("location", "/", block=[_d("grpc_pass", "grpc://triton_grpc"),
-                                           _d("grpc_next_upstream", "error", "timeout")]),
-                _d("location", "@unavailable", block=[
-                    _d("default_type", "application/grpc"),
-                    _d("add_header", "grpc-status", 14, "always"),
-                    _d("add_header", "grpc-message", GATEWAY_MESSAGE, "always"),
-                    _d("return", 204)]),
-            ]),
+    servers = [d("server", u, "max_fails=1", f"fail_timeout={settings.fail_timeout_s}s") for u in settings.upstreams]
+    retry = [d("grpc_next_upstream", "error", "timeout", "http_502", "http_503", "non_idempotent"),
+             d("grpc_next_upstream_tries", len(settings.upstreams))] if settings.retry else \
+            [d("grpc_next_upstream", "off")]
+    return main_context(workdir, [
+        d("client_body_buffer_size", "8m"),   # request bodies stay in memory
+        d("client_max_body_size", "16m"),
+        d("upstream", "triton_grpc", block=[d("least_conn"), *servers, d("keepalive", 32)]),
+        d("server", block=[
+            d("listen", f"127.0.0.1:{settings.listen_port}", "http2"),
+            d("grpc_connect_timeout", "1s"),
+            # NGINX's own errors (no replica reachable, one died mid-call) as gRPC UNAVAILABLE in a
+            # trailers-only response: a gRPC client may retry that, never a plain HTTP 502.
+            d("error_page", 502, 503, 504, "=", "@unavailable"),
+            d("location", "~", f"^/inference\\.GRPCInferenceService/({'|'.join(IDEMPOTENT)})$", block=[
+                d("grpc_pass", "grpc://triton_grpc"), *retry]),
+            d("location", "/", block=[d("grpc_pass", "grpc://triton_grpc"),
+                                       d("grpc_next_upstream", "error", "timeout")]),
+            grpc_error("@unavailable", 14, GATEWAY_MESSAGE),
         ]),
-    ]
+    ])
 
 
 def render(directives: list[dict]) -> str:
@@ -128,6 +137,10 @@ class LocalNginx:
     def access_log(self) -> Path:
         return self.dir / "access.log"
 
+    def directives(self) -> list[dict]:
+        """The nginx.conf it runs; a subclass serves another (and writes the files that one includes)."""
+        return config(self.settings, self.dir)
+
     def _cmd(self, *extra: str) -> list[str]:
         exe = shutil.which("nginx") or "/usr/sbin/nginx"
         if not os.path.exists(exe):
@@ -135,10 +148,10 @@ class LocalNginx:
         return [exe, "-p", str(self.dir), "-c", str(self.dir / "nginx.conf"), "-e", str(self.dir / "error.log"), *extra]
 
     def start(self, timeout: float = 10.0) -> "LocalNginx":
-        for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        for kind in TEMP_KINDS:
             (self.dir / "tmp" / kind).mkdir(parents=True, exist_ok=True)
         self.dir.chmod(0o755)   # workers run as an unprivileged user when the master is root
-        text = render(config(self.settings, self.dir))
+        text = render(self.directives())
         (self.dir / "nginx.conf").write_text(text)
         check = subprocess.run(self._cmd("-t", "-q"), capture_output=True, text=True)
         if check.returncode != 0:

@@ -1,0 +1,146 @@
+"""The tenant gateway's nginx.conf, built as crossplane directives (hotpath.scaleout.nginx renders them).
+
+Two servers on loopback in front of the same upstreams: gRPC (h2c) and HTTP/1.1. Each answers its
+own refusals in its protocol: gRPC with a trailers-only response carrying `grpc-status` (a client
+sees the status, not an HTTP error), HTTP with Triton's JSON error body.
+
+| check (NGINX phase order) | directive | gRPC status | HTTP |
+|---|---|---|---|
+| tenant token | `map $http_authorization` + `if` (rewrite) | 16 UNAUTHENTICATED | 401 |
+| tenant's rate | `limit_req` per rate class, `nodelay` (preaccess) | 8 RESOURCE_EXHAUSTED | 429 |
+| in-flight inference calls | `limit_conn` on one key (preaccess) | 14 UNAVAILABLE | 503 |
+| body size | `client_max_body_size` (content) | 3 INVALID_ARGUMENT | 413 |
+
+limit_conn counts a call from its header until its response ends; under HTTP/2 each concurrent
+stream counts as a connection (NGINX docs, ngx_http_limit_conn_module), so on a fixed key it caps
+the calls in flight. Only inference calls count: metadata, health and streams pass.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hotpath.gateway.tenants import Tenant
+from hotpath.scaleout.nginx import d, grpc_error, main_context
+
+# Refusal messages: the client sees them as the gRPC status message or the HTTP error text.
+UNAUTHENTICATED = "gateway: missing or unknown tenant token; send the header authorization: Bearer <token>"
+RATE_LIMITED = "gateway: tenant request rate limit exceeded; slow down"
+OVERLOADED = "gateway: server at capacity ({cap} inference calls in flight); retry later"
+TOO_LARGE = "gateway: request body larger than {limit} bytes"
+UNREACHABLE = "gateway: no server could complete the call"
+
+TENANT = "$hotpath_tenant"   # the tenant of the call's token, "" when there is none
+# The gateway's own gRPC answers carry their status in a header ($sent_http_grpc_status), the server's
+# in a trailer.
+LOG_FORMAT = ("$msec|$request_uri|$status|$upstream_addr|$upstream_status|$upstream_trailer_grpc_status|"
+              f"$request_time|{TENANT}|$sent_http_grpc_status")
+GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
+HTTP_INFER = r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$"
+TOKEN_MAP = "tenants.map"   # next to nginx.conf, mode 0600: the only file that holds tokens
+
+
+@dataclass(frozen=True)
+class TenantGatewaySettings:
+    listen_port: int                     # gRPC (the name LocalNginx.grpc_url reads)
+    http_port: int
+    grpc_upstreams: tuple[str, ...]      # host:port per replica, same order as http_upstreams
+    http_upstreams: tuple[str, ...]
+    tenants: tuple[Tenant, ...] = field(repr=False)
+    max_in_flight: int = 11              # inference calls per replica (hotpath.gateway.limits.admission_cap)
+    max_body_bytes: int = 9 << 20        # hotpath.gateway.limits.max_body_bytes
+
+    @property
+    def in_flight_cap(self) -> int:
+        return self.max_in_flight * len(self.grpc_upstreams)
+
+
+def token_map(tenants: tuple[Tenant, ...]) -> list[dict]:
+    """The map entries `"Bearer <token>" tenant;` for TOKEN_MAP (the scheme compares case-insensitively)."""
+    return [d(f"Bearer {t.token}", t.name) for t in tenants]
+
+
+def rate_classes(tenants: tuple[Tenant, ...]) -> list[tuple[int, int, list[str]]]:
+    """(requests/s, burst, tenant names) per distinct limit: one limit_req zone each (a zone has one rate)."""
+    classes: dict[tuple[int, int], list[str]] = {}
+    for t in tenants:
+        classes.setdefault((t.requests_per_s, t.burst), []).append(t.name)
+    return [(rate, burst, names) for (rate, burst), names in classes.items()]
+
+
+def _http_error(name: str, status: int, message: str, *extra: dict) -> dict:
+    return d("location", name, block=[d("default_type", "application/json"), *extra,
+                                       d("return", status, json.dumps({"error": message}))])
+
+
+def _checks(s: TenantGatewaySettings, zones: list[dict], protocol: str) -> list[dict]:
+    """What both servers do before passing a call on: token, rate limits, error pages."""
+    return [
+        d("if", TENANT, "=", "", block=[d("return", 401)]),
+        *zones,
+        d(f"{protocol}_set_header", "Authorization", ""),   # the token stops here
+        d("error_page", 401, "=", "@unauthenticated"),
+        d("error_page", 429, "=", "@rate_limited"),
+        d("error_page", 413, "=", "@too_large"),
+        d("error_page", 503, "=", "@overloaded"),
+        d("error_page", 502, 504, "=", "@unreachable"),
+    ]
+
+
+def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
+    """The whole nginx.conf; tokens stay in `workdir / TOKEN_MAP`, which it includes."""
+    classes = rate_classes(s.tenants)
+    rate_maps, zones = [], []
+    for i, (rate, burst, names) in enumerate(classes):
+        # A zone's key is the tenant for its own tenants and "" (not counted) for everyone else.
+        rate_maps += [d("map", TENANT, f"$hotpath_rate_{i}", block=[d("default", ""), *[d(n, n) for n in names]]),
+                      d("limit_req_zone", f"$hotpath_rate_{i}", f"zone=rate_{i}:1m", f"rate={rate}r/s")]
+        zones.append(d("limit_req", f"zone=rate_{i}", f"burst={burst}", "nodelay"))
+    admit = [d("limit_conn", "in_flight", s.in_flight_cap)]
+    overloaded = OVERLOADED.format(cap=s.in_flight_cap)
+    too_large = TOO_LARGE.format(limit=s.max_body_bytes)
+    grpc_servers = [d("server", u) for u in s.grpc_upstreams]
+    http_servers = [d("server", u) for u in s.http_upstreams]
+    return main_context(workdir, [
+        d("map_hash_bucket_size", 256),   # a key is "Bearer " + a token of up to 128 characters
+        d("map", "$http_authorization", TENANT, block=[d("default", ""), d("include", workdir / TOKEN_MAP)]),
+        *rate_maps,
+        d("limit_req_status", 429),
+        d("limit_conn_zone", "upstream", "zone=in_flight:1m"),   # one key: every inference call counts
+        d("limit_conn_status", 503),
+        # Refusals are expected under load and are in the access log; the error log keeps real errors.
+        d("limit_req_log_level", "info"),
+        d("limit_conn_log_level", "info"),
+        d("client_max_body_size", s.max_body_bytes),
+        d("client_body_buffer_size", "1m"),
+        d("upstream", "triton_grpc", block=[d("least_conn"), *grpc_servers, d("keepalive", 64)]),
+        d("upstream", "triton_http", block=[d("least_conn"), *http_servers, d("keepalive", 64)]),
+        d("server", block=[
+            d("listen", f"127.0.0.1:{s.listen_port}", "http2"),
+            d("grpc_connect_timeout", "1s"),
+            *_checks(s, zones, "grpc"),
+            d("location", "=", GRPC_INFER, block=[*admit, d("grpc_pass", "grpc://triton_grpc")]),
+            d("location", "/", block=[d("grpc_pass", "grpc://triton_grpc")]),
+            grpc_error("@unauthenticated", 16, UNAUTHENTICATED),
+            grpc_error("@rate_limited", 8, RATE_LIMITED),
+            grpc_error("@too_large", 3, too_large),
+            grpc_error("@overloaded", 14, overloaded),
+            grpc_error("@unreachable", 14, UNREACHABLE),
+        ]),
+        d("server", block=[
+            d("listen", f"127.0.0.1:{s.http_port}"),
+            d("proxy_http_version", "1.1"),
+            d("proxy_set_header", "Connection", ""),   # keep upstream connections alive
+            *_checks(s, zones, "proxy"),
+            d("location", "~", HTTP_INFER, block=[*admit, d("proxy_pass", "http://triton_http")]),
+            d("location", "/", block=[d("proxy_pass", "http://triton_http")]),
+            _http_error("@unauthenticated", 401, UNAUTHENTICATED, d("add_header", "WWW-Authenticate", "Bearer",
+                                                                      "always")),
+            _http_error("@rate_limited", 429, RATE_LIMITED),
+            _http_error("@too_large", 413, too_large),
+            _http_error("@overloaded", 503, overloaded),
+            _http_error("@unreachable", 502, UNREACHABLE),
+        ]),
+    ], LOG_FORMAT)

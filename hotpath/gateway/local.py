@@ -1,0 +1,53 @@
+"""The tenant gateway as a local NGINX process on loopback (tests, benchmarks, `python -m hotpath.gateway`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from hotpath.gateway.config import TOKEN_MAP, TenantGatewaySettings, config, token_map
+from hotpath.scaleout.nginx import LocalNginx, render
+
+
+class LocalGateway(LocalNginx):
+    """LocalNginx serving the tenant gateway's config; the token map is written mode 0600 beside it."""
+
+    settings: TenantGatewaySettings
+
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.settings.http_port}"
+
+    def log(self) -> list["LogEntry"]:
+        return parse_log(self.access_log.read_text()) if self.access_log.exists() else []
+
+    def directives(self) -> list[dict]:
+        fd = os.open(self.dir / TOKEN_MAP, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(render(token_map(self.settings.tenants)))
+        return config(self.settings, self.dir)
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    """One access-log line (config.LOG_FORMAT): which tenant called what, who answered, with which status."""
+
+    uri: str
+    status: int
+    upstream: str          # "" when the gateway answered alone
+    grpc_status: str       # the server's trailer, else the gateway's own header; "" for HTTP
+    tenant: str
+    seconds: float
+
+
+def parse_log(text: str) -> list[LogEntry]:
+    entries = []
+    for line in text.splitlines():
+        fields = line.split("|")
+        if len(fields) != 9:
+            continue
+        _, uri, status, upstream, _, trailer, seconds, tenant, header = fields
+        grpc_status = trailer if trailer != "-" else header
+        entries.append(LogEntry(uri, int(status), "" if upstream == "-" else upstream,
+                                "" if grpc_status == "-" else grpc_status, tenant, float(seconds)))
+    return entries

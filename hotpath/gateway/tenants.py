@@ -1,0 +1,92 @@
+"""Tenants of the gateway and their tokens, read from a TOML file that is never logged.
+
+    [defaults]                 # optional: limits of tenants that set none
+    requests_per_s = 100
+    burst = 50
+
+    [tenants.acme]
+    token = "<64 hex digits: python -m hotpath.gateway token>"
+    requests_per_s = 200       # optional, overrides [defaults]
+    burst = 100
+
+Tokens are secrets: errors name the tenant, never the token, and `Tenant`'s repr leaves it out.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hotpath.errors import HotpathError
+
+DEFAULT_REQUESTS_PER_S = 100
+DEFAULT_BURST = 50
+# NGINX's map compares strings case-insensitively, so a token's letters are lower-case only: what
+# the gateway accepts is exactly what the file says. 32 to 128 characters.
+TOKEN_PATTERN = re.compile(r"[a-z0-9_-]{32,128}")
+NAME_PATTERN = re.compile(r"[a-z0-9_-]{1,64}")
+RESERVED_NAMES = {"default", "include", "hostnames", "volatile"}   # special words of NGINX's map
+
+
+@dataclass(frozen=True)
+class Tenant:
+    name: str
+    token: str = field(repr=False)
+    requests_per_s: int = DEFAULT_REQUESTS_PER_S
+    burst: int = DEFAULT_BURST
+
+
+def new_token() -> str:
+    """A fresh random token (256 bits, hex)."""
+    return secrets.token_hex(32)
+
+
+def _count(value, what: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise HotpathError(f"{what} must be an integer >= {minimum}, not {value!r}")
+    return value
+
+
+def parse_tenants(data: dict, source: str) -> tuple[Tenant, ...]:
+    """Tenants from the parsed TOML; every problem names `source` and the tenant, never a token."""
+    defaults = data.get("defaults", {})
+    unknown = (set(data) - {"defaults", "tenants"}) | (set(defaults) - {"requests_per_s", "burst"})
+    if unknown:
+        raise HotpathError(f"{source}: unknown key(s) {sorted(unknown)}")
+    rate = _count(defaults.get("requests_per_s", DEFAULT_REQUESTS_PER_S), f"{source}: defaults.requests_per_s", 1)
+    burst = _count(defaults.get("burst", DEFAULT_BURST), f"{source}: defaults.burst", 0)
+    tenants, owners = [], {}
+    for name, entry in (data.get("tenants") or {}).items():
+        where = f"{source}: tenants.{name}"
+        if not NAME_PATTERN.fullmatch(name) or name in RESERVED_NAMES:
+            raise HotpathError(f"{where}: a tenant name is 1-64 characters of a-z, 0-9, _ and -, and not one of "
+                               f"{sorted(RESERVED_NAMES)}")
+        if not isinstance(entry, dict) or set(entry) - {"token", "requests_per_s", "burst"}:
+            raise HotpathError(f"{where}: expected a table with token, requests_per_s, burst")
+        token = entry.get("token")
+        if not isinstance(token, str) or not TOKEN_PATTERN.fullmatch(token):
+            raise HotpathError(f"{where}: token missing or malformed (32-128 characters of a-z, 0-9, _ and -; "
+                               "`python -m hotpath.gateway token` makes one)")
+        if token in owners:
+            raise HotpathError(f"{where}: same token as tenants.{owners[token]}")
+        owners[token] = name
+        tenants.append(Tenant(name, token, _count(entry.get("requests_per_s", rate), f"{where}.requests_per_s", 1),
+                              _count(entry.get("burst", burst), f"{where}.burst", 0)))
+    if not tenants:
+        raise HotpathError(f"{source}: no [tenants.<name>] table: the gateway would refuse every call")
+    return tuple(tenants)
+
+
+def load_tenants(path: Path) -> tuple[Tenant, ...]:
+    """The tenants of a TOML file (see the module docstring)."""
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise HotpathError(f"{path}: no tenants file") from None
+    except tomllib.TOMLDecodeError as exc:  # its message quotes no value, only the position
+        raise HotpathError(f"{path}: not valid TOML ({exc})") from None
+    return parse_tenants(data, str(path))

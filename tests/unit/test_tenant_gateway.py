@@ -1,0 +1,221 @@
+"""The tenant gateway: tenants file, limits sized from the specs and the SLOs, and the NGINX config
+(built with crossplane, parsed back, accepted by nginx -t; tokens only in the 0600 map file)."""
+
+import shutil
+import stat
+import subprocess
+
+import crossplane
+import pytest
+from tritonclient.utils import InferenceServerException
+
+from hotpath.client import (TOKEN_ENV, ClientError, EmbeddingClient, InvalidInputError, ServerFaultError,
+                            ServerUnavailableError, UnauthenticatedError, client_error, connect)
+from hotpath.errors import HotpathError
+from hotpath.gateway.config import (GRPC_INFER, TOKEN_MAP, TenantGatewaySettings, config, rate_classes,
+                                    token_map)
+from hotpath.gateway.limits import BODY_OVERHEAD_BYTES, admission_cap, little_cap, max_body_bytes
+from hotpath.gateway.local import LocalGateway, parse_log
+from hotpath.gateway.tenants import Tenant, load_tenants, new_token, parse_tenants
+from hotpath.scaleout.nginx import TEMP_KINDS, render
+
+TOKENS = [new_token() for _ in range(3)]
+TENANTS = (Tenant("alpha", TOKENS[0], 500, 100), Tenant("beta", TOKENS[1], 2, 3), Tenant("gamma", TOKENS[2], 500, 100))
+
+
+def _find(directives, name):
+    for d in directives:
+        if d["directive"] == name:
+            yield d
+        yield from _find(d.get("block", []), name)
+
+
+def _settings(replicas=1, cap=11):
+    return TenantGatewaySettings(8443, 8080, tuple(f"127.0.0.1:{9001 + 10 * i}" for i in range(replicas)),
+                                 tuple(f"127.0.0.1:{9000 + 10 * i}" for i in range(replicas)), TENANTS, cap, 5 << 20)
+
+
+def test_tenants_file_with_defaults(tmp_path):
+    path = tmp_path / "tenants.toml"
+    path.write_text(f'[defaults]\nrequests_per_s = 7\nburst = 0\n[tenants.acme]\ntoken = "{TOKENS[0]}"\n'
+                    f'[tenants.big]\ntoken = "{TOKENS[1]}"\nrequests_per_s = 900\nburst = 90\n')
+    acme, big = load_tenants(path)
+    assert (acme.name, acme.token, acme.requests_per_s, acme.burst) == ("acme", TOKENS[0], 7, 0)
+    assert (big.requests_per_s, big.burst) == (900, 90)
+    assert TOKENS[0] not in repr(acme) and TOKENS[0] not in repr(_settings())
+
+
+@pytest.mark.parametrize("entry,expected", [
+    ('token = "short"', "token missing or malformed"),
+    (f'token = "{TOKENS[0].upper()}"', "token missing or malformed"),   # NGINX would match it case-insensitively
+    ("requests_per_s = 5", "token missing or malformed"),
+    (f'token = "{TOKENS[0]}"\nrequests_per_s = 0', "requests_per_s must be an integer >= 1"),
+    (f'token = "{TOKENS[0]}"\nburst = 1.5', "burst must be an integer >= 0"),
+    (f'token = "{TOKENS[0]}"\nrate = 5', "expected a table"),
+])
+def test_bad_tenant_entries_are_named_without_the_token(entry, expected):
+    with pytest.raises(HotpathError, match=expected) as err:
+        parse_tenants(__import__("tomllib").loads(f"[tenants.acme]\n{entry}\n"), "t.toml")
+    assert "tenants.acme" in str(err.value) and TOKENS[0] not in str(err.value).lower()
+
+
+def test_tenant_names_tokens_and_files_that_cannot_work():
+    with pytest.raises(HotpathError, match="same token as tenants.a"):
+        parse_tenants({"tenants": {"a": {"token": TOKENS[0]}, "b": {"token": TOKENS[0]}}}, "t")
+    for name in ("default", "Acme", "a b"):   # a special word of NGINX's map; case-folded; a space
+        with pytest.raises(HotpathError, match="tenant name"):
+            parse_tenants({"tenants": {name: {"token": TOKENS[0]}}}, "t")
+    with pytest.raises(HotpathError, match="no \\[tenants"):
+        parse_tenants({"defaults": {"burst": 1}}, "t")
+    with pytest.raises(HotpathError, match="unknown key"):
+        parse_tenants({"tenant": {}}, "t")
+
+
+def test_body_limit_is_the_largest_item_limit_of_the_specs(tmp_path):
+    for name, params in (("img", "max_bytes = 8388608\nmax_pixels = 99999999999"), ("txt", "max_text_bytes = 32768")):
+        (tmp_path / f"{name}.toml").write_text(
+            f'backend = "python"\nmax_batch_size = 4\n[hotpath]\nkind = "python"\npython_backend = "{name}"\n'
+            f'[[input]]\nname = "X"\ndata_type = "TYPE_STRING"\ndims = [1]\n'
+            f'[[output]]\nname = "Y"\ndata_type = "TYPE_FP32"\ndims = [1]\n[parameters]\n{params}\n')
+    assert max_body_bytes(tmp_path) == 8388608 + BODY_OVERHEAD_BYTES
+    (tmp_path / "img.toml").unlink()
+    assert max_body_bytes(tmp_path) == 32768 + BODY_OVERHEAD_BYTES
+
+
+def test_admission_cap_is_littles_law_of_the_tightest_endpoint(tmp_path):
+    assert little_cap(466.9, 25.0) == 11 and little_cap(212.0, 60.0) == 12 and little_cap(10, 1) == 1
+    slo = tmp_path / "slo.toml"
+    common = 'concurrency = 8\ninput_data = "x.json"\n'
+    slo.write_text(f"[profiles.cpu.endpoints.a]\np95_ms = 25.0\ncapacity_per_s = 400.0\n{common}"
+                   f"[profiles.cpu.endpoints.b]\np95_ms = 60.0\ncapacity_per_s = 300.0\n{common}"
+                   f"[profiles.cpu.endpoints.c]\np95_ms = 5.0\n{common}")   # no capacity: not counted
+    assert admission_cap("cpu", slo) == 10
+    slo.write_text(f"[profiles.cpu.endpoints.c]\np95_ms = 5.0\n{common}")
+    with pytest.raises(HotpathError, match="capacity_per_s"):
+        admission_cap("cpu", slo)
+    assert admission_cap("cpu") >= 1   # the committed perf/slo.toml carries measured capacities
+
+
+def test_rate_classes_group_tenants_by_limit():
+    assert rate_classes(TENANTS) == [(500, 100, ["alpha", "gamma"]), (2, 3, ["beta"])]
+
+
+def _written(tmp_path, settings):
+    for kind in TEMP_KINDS:
+        (tmp_path / "tmp" / kind).mkdir(parents=True)
+    (tmp_path / TOKEN_MAP).write_text(render(token_map(settings.tenants)))
+    path = tmp_path / "nginx.conf"
+    path.write_text(render(config(settings, tmp_path)))
+    return path
+
+
+def _nginx_t(tmp_path, path):
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    return subprocess.run([nginx, "-t", "-p", str(tmp_path), "-c", str(path), "-e", str(tmp_path / "e.log")],
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_config_parses_back_and_nginx_accepts_it(tmp_path, replicas):
+    settings = _settings(replicas)
+    path = _written(tmp_path, settings)
+    assert not any(t in path.read_text() for t in TOKENS), "tokens belong in the map file only"
+    check = _nginx_t(tmp_path, path)
+    assert check.returncode == 0, check.stderr
+    parsed = crossplane.parse(str(path), comments=False, single=True)
+    assert parsed["status"] == "ok", parsed["errors"]
+    top = parsed["config"][0]["parsed"]
+    token_maps = [m for m in _find(top, "map") if m["args"] == ["$http_authorization", "$hotpath_tenant"]]
+    assert [d["args"] for d in token_maps[0]["block"]] == [[""], [str(tmp_path / TOKEN_MAP)]]
+    # Each tenant is the key of exactly one rate zone, with its own rate; every zone is applied with its burst.
+    zones = {z["args"][0]: z["args"] for z in _find(top, "limit_req_zone")}
+    keyed = {}
+    for m in _find(top, "map"):
+        if m["args"][1] in zones:
+            for entry in m["block"][1:]:
+                keyed.setdefault(entry["directive"], []).append(zones[m["args"][1]])
+    assert {n: [z[2] for z in zs] for n, zs in keyed.items()} == \
+        {"alpha": ["rate=500r/s"], "gamma": ["rate=500r/s"], "beta": ["rate=2r/s"]}
+    grpc, http = [s for s in _find(top, "server") if "block" in s]   # not the upstreams' `server` lines
+    for server in (grpc, http):
+        applied = sorted(tuple(d["args"]) for d in server["block"] if d["directive"] == "limit_req")
+        assert applied == [("zone=rate_0", "burst=100", "nodelay"), ("zone=rate_1", "burst=3", "nodelay")]
+        (check_token,) = [d for d in server["block"] if d["directive"] == "if"]
+        assert check_token["args"] == ["$hotpath_tenant", "=", ""] and check_token["block"][0]["args"] == ["401"]
+        assert any(d["directive"].endswith("_set_header") and d["args"] == ["Authorization", ""]
+                   for d in server["block"]), "the token is not passed to Triton"
+        # limit_conn only where inference calls go, capped per replica.
+        limited = [loc["args"] for loc in _find(server["block"], "location") if any(_find(loc["block"], "limit_conn"))]
+        assert len(limited) == 1 and ("infer" in limited[0][-1] or limited[0][-1] == GRPC_INFER)
+        (cap,) = _find(server["block"], "limit_conn")
+        assert cap["args"] == ["in_flight", str(11 * replicas)]
+    assert [d["args"] for d in _find(top, "client_max_body_size")] == [[str(5 << 20)]]
+    answers = {}
+    for loc in _find(grpc["block"], "location"):
+        if loc["args"][0].startswith("@"):
+            answers[loc["args"][0]] = {d["args"][1] for d in loc["block"] if d["args"][:1] == ["grpc-status"]}
+    assert answers == {"@unauthenticated": {"16"}, "@rate_limited": {"8"}, "@too_large": {"3"},
+                       "@overloaded": {"14"}, "@unreachable": {"14"}}
+    http_codes = {loc["args"][0]: [d["args"][0] for d in loc["block"] if d["directive"] == "return"][0]
+                  for loc in _find(http["block"], "location") if loc["args"][0].startswith("@")}
+    assert http_codes == {"@unauthenticated": "401", "@rate_limited": "429", "@too_large": "413",
+                          "@overloaded": "503", "@unreachable": "502"}
+    pages = {tuple(d["args"]) for d in grpc["block"] if d["directive"] == "error_page"}
+    assert pages == {("401", "=", "@unauthenticated"), ("429", "=", "@rate_limited"), ("413", "=", "@too_large"),
+                     ("503", "=", "@overloaded"), ("502", "504", "=", "@unreachable")}
+
+
+def test_nginx_rejects_a_config_whose_token_map_is_missing(tmp_path):
+    path = _written(tmp_path, _settings())
+    (tmp_path / TOKEN_MAP).unlink()
+    assert _nginx_t(tmp_path, path).returncode != 0
+
+
+def test_local_gateway_writes_the_token_map_private(tmp_path):
+    gateway = LocalGateway(_settings())
+    try:
+        directives = gateway.directives()
+        mode = stat.S_IMODE((gateway.dir / TOKEN_MAP).stat().st_mode)
+        assert mode == 0o600, oct(mode)
+        assert all(f"Bearer {t.token}" in (gateway.dir / TOKEN_MAP).read_text() for t in TENANTS)
+        assert not any(t in render(directives) for t in TOKENS)
+    finally:
+        shutil.rmtree(gateway.dir)
+
+
+def test_access_log_lines():
+    log = ("1796020000.1|/inference.GRPCInferenceService/ModelInfer|204|-|-|-|0.000||16\n"
+           "1796020000.2|/inference.GRPCInferenceService/ModelInfer|200|127.0.0.1:9001|200|0|0.012|alpha|-\n"
+           "1796020000.3|/v2/models/m/infer|429|-|-|-|0.000|beta|-\nnot a log line\n")
+    refused, served, limited = parse_log(log)
+    assert (refused.upstream, refused.grpc_status, refused.tenant) == ("", "16", "")
+    assert (served.upstream, served.grpc_status, served.tenant, served.seconds) == ("127.0.0.1:9001", "0", "alpha", 0.012)
+    assert (limited.status, limited.grpc_status) == (429, "")
+
+
+@pytest.mark.parametrize("status,kind", [("StatusCode.UNAUTHENTICATED", UnauthenticatedError),
+                                         ("401", UnauthenticatedError), ("413", InvalidInputError),
+                                         ("StatusCode.RESOURCE_EXHAUSTED", ServerUnavailableError),
+                                         ("429", ServerUnavailableError)])
+def test_gateway_refusals_map_to_client_errors(status, kind):
+    error = client_error("m at h", InferenceServerException("refused", status=status))
+    assert type(error) is kind and error.retryable == (kind is ServerUnavailableError)
+    assert UnauthenticatedError.exit_code not in {c.exit_code for c in (InvalidInputError, ServerUnavailableError,
+                                                                         ServerFaultError, ClientError)}
+
+
+class _Request:
+    def __init__(self):
+        self.headers = {}
+
+
+def test_clients_send_the_token_from_the_argument_or_the_environment(monkeypatch):
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    assert connect("127.0.0.1:1").plugin() is None, "no token, no header"
+    monkeypatch.setenv(TOKEN_ENV, TOKENS[0])
+    for client, token in ((connect("127.0.0.1:1"), TOKENS[0]), (connect("127.0.0.1:1", TOKENS[1]), TOKENS[1]),
+                          (EmbeddingClient("127.0.0.1:1")._client, TOKENS[0])):
+        request = _Request()
+        client.plugin()(request)
+        assert request.headers == {"authorization": f"Bearer {token}"}
+        client.close()
