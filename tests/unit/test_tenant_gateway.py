@@ -1,9 +1,14 @@
 """The tenant gateway: tenants file, limits sized from the specs and the SLOs, and the NGINX config
 (built with crossplane, parsed back, accepted by nginx -t; tokens only in the 0600 map file)."""
 
+import json
 import shutil
+import signal
 import stat
 import subprocess
+import sys
+import urllib.error
+import urllib.request
 
 import crossplane
 import pytest
@@ -12,12 +17,15 @@ from tritonclient.utils import InferenceServerException
 from hotpath.client import (TOKEN_ENV, ClientError, EmbeddingClient, InvalidInputError, ServerFaultError,
                             ServerUnavailableError, UnauthenticatedError, client_error, connect)
 from hotpath.errors import HotpathError
-from hotpath.gateway.config import (GRPC_INFER, TOKEN_MAP, TenantGatewaySettings, config, rate_classes,
-                                    token_map)
+from hotpath.gateway.__main__ import main as gateway_main
+from hotpath.gateway.config import (GRPC_INFER, TOKEN_MAP, UNAUTHENTICATED, TenantGatewaySettings, config,
+                                    rate_classes, token_map)
 from hotpath.gateway.limits import BODY_OVERHEAD_BYTES, admission_cap, little_cap, max_body_bytes
 from hotpath.gateway.local import LocalGateway, parse_log
 from hotpath.gateway.tenants import Tenant, load_tenants, new_token, parse_tenants
+from hotpath.processes import stop_process
 from hotpath.scaleout.nginx import TEMP_KINDS, render
+from hotpath.server.ports import free_ports
 
 TOKENS = [new_token() for _ in range(3)]
 TENANTS = (Tenant("alpha", TOKENS[0], 500, 100), Tenant("beta", TOKENS[1], 2, 3), Tenant("gamma", TOKENS[2], 500, 100))
@@ -219,3 +227,32 @@ def test_clients_send_the_token_from_the_argument_or_the_environment(monkeypatch
         client.plugin()(request)
         assert request.headers == {"authorization": f"Bearer {token}"}
         client.close()
+
+
+def test_token_command_makes_tokens_the_tenants_file_accepts(capsys):
+    assert gateway_main(["token"]) == 0
+    token = capsys.readouterr().out.strip()
+    assert parse_tenants({"tenants": {"acme": {"token": token}}}, "t")[0].token == token
+
+
+def test_serve_command_refuses_unknown_tokens_without_any_server(tmp_path):
+    """Authentication happens before any upstream is chosen: no tritonserver is needed to see a 401."""
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(f'[tenants.acme]\ntoken = "{TOKENS[0]}"\n')
+    grpc_port, http_port, upstream = free_ports(3)
+    cmd = [sys.executable, "-m", "hotpath.gateway", "serve", "--tenants", str(tenants), "--grpc-port", str(grpc_port),
+           "--http-port", str(http_port), "--http-upstream", f"127.0.0.1:{upstream}"]
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert "[gateway] gRPC" in process.stdout.readline()
+        url = f"http://127.0.0.1:{http_port}/v2/health/ready"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": "Bearer " + TOKENS[1]}))
+        assert refused.value.code == 401 and refused.value.headers["WWW-Authenticate"] == "Bearer"
+        assert json.loads(refused.value.read()) == {"error": UNAUTHENTICATED}
+        with pytest.raises(urllib.error.HTTPError) as passed:   # a known token goes on: no server there (502)
+            urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": "Bearer " + TOKENS[0]}))
+        assert passed.value.code == 502
+    finally:
+        stop_process(process, signal.SIGTERM, 10)
+    assert process.returncode == 0
