@@ -80,10 +80,19 @@ _BY_STATUS = {"INVALID_ARGUMENT": InvalidInputError, "UNAVAILABLE": ServerUnavai
               "401": UnauthenticatedError, "413": InvalidInputError, "429": ServerUnavailableError}
 
 
+# Triton 2.51 after SIGTERM: NOT_FOUND "Request for unknown model: 'm' has no available versions" for the
+# seconds its models take to unload (2-6 s measured). The model is known but no version of it is READY on this
+# server now (an unknown name says "is not found"): UNAVAILABLE to the caller, retried; a gateway may send it
+# elsewhere.
+_NO_VERSION_NOW = "has no available versions"
+
+
 def client_error(where: str, exc: InferenceServerException) -> ClientError:
     """The ClientError subclass for a tritonclient exception (its status: gRPC 'StatusCode.X' or HTTP code)."""
     status = str(exc.status() or "").removeprefix("StatusCode.") or None
     kind = _BY_STATUS.get(status or "", ServerFaultError if status else ClientError)
+    if status == "NOT_FOUND" and _NO_VERSION_NOW in (exc.message() or ""):
+        kind = ServerUnavailableError
     return kind(f"{where}: {exc.message()}", status)
 
 

@@ -35,7 +35,7 @@ class LocalTriton:
     def __init__(self, repository: Path | None = None, ports: ServerPorts | None = None,
                  ort_threads: int | None = None, model_control: str = "none",
                  extra_args: list[str] | None = None, cache_bytes: int | None = None, log: Log = _print,
-                 stub_timing: bool = False):
+                 stub_timing: bool = False, exit_timeout_s: int | None = None):
         self.repository = Path(repository or paths.model_repository())
         self.ports = ports or ServerPorts()
         self.ort_threads = ort_threads
@@ -45,6 +45,9 @@ class LocalTriton:
         self.cache_bytes = cache_bytes if cache_bytes is not None else int(
             os.environ.get("HOTPATH_CACHE_BYTES", 64 * 1024 * 1024))
         self.log = log
+        # After SIGTERM tritonserver waits this long for in-flight requests and model unloads, then exits.
+        self.exit_timeout_s = exit_timeout_s if exit_timeout_s is not None else int(
+            os.environ.get("HOTPATH_EXIT_TIMEOUT_SECS", 30))
         # Per-execute() timestamps from the Python stubs (hotpath.runtime.timing), for perf --explain.
         self.stub_timing_dir: Path | None = None
         if stub_timing:
@@ -89,6 +92,7 @@ class LocalTriton:
                f"--grpc-port={self.ports.grpc}", f"--metrics-port={self.ports.metrics}",
                "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
                f"--model-control-mode={self.model_control}", "--log-info=true",
+               f"--exit-timeout-secs={self.exit_timeout_s}",
                # Latency quantiles per model, which the dashboards and alerts of monitoring/ read.
                "--metrics-config=summary_latencies=true",
                # Repository, shared memory, logging, trace and statistics APIs only with the admin key.
@@ -137,8 +141,9 @@ class LocalTriton:
         self.stop()
         raise ServerError(f"tritonserver not ready after {timeout:.0f}s:\n{self.log_tail()}")
 
-    def stop(self, timeout: float = 30.0) -> None:
-        stop_process(self.process, signal.SIGTERM, timeout)
+    def stop(self, timeout: float | None = None) -> None:
+        """SIGTERM (tritonserver drains and unloads within its exit timeout), SIGKILL if it overstays."""
+        stop_process(self.process, signal.SIGTERM, timeout if timeout is not None else self.exit_timeout_s + 10)
         if self.staged and self.staged.exists():
             shutil.rmtree(self.staged, ignore_errors=True)
 

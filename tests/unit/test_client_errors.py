@@ -25,6 +25,15 @@ def test_each_status_has_its_exception_type(status, kind):
                 RequestTimeoutError.exit_code, ClientError.exit_code}) == 5
 
 
+def test_a_model_without_a_version_now_is_unavailable_not_a_fault():
+    """What Triton 2.51 answers while its models unload after SIGTERM (tests/integration/test_lifecycle.py)."""
+    exiting = InferenceServerException("Request for unknown model: 'text_embedding' has no available versions",
+                                       status="StatusCode.NOT_FOUND")
+    assert type(client_error("m at h", exiting)) is ServerUnavailableError
+    unknown = InferenceServerException("Request for unknown model: 'nope' is not found", status="StatusCode.NOT_FOUND")
+    assert type(client_error("m at h", unknown)) is ServerFaultError
+
+
 class Flaky:
     """Fails with the given statuses in turn, then answers."""
 

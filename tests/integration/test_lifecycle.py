@@ -1,0 +1,162 @@
+"""Lifecycle under load, on a real tritonserver: SIGTERM drains and exits within the exit timeout and
+every refusal reaches hotpath's client as UNAVAILABLE (retryable, never NOT_FOUND or a fault); a new
+model version rolled out through explicit model control fails no request.
+
+Closed loops send unique texts to a one-model endpoint and to an ensemble (tokenizer -> encoder) and
+classify each raw tritonclient error with hotpath.client.client_error, the mapping every hotpath
+client uses, so the test sees what the server really answers and what callers make of it.
+"""
+
+import collections
+import os
+import shutil
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from hotpath.client import ClientError, ServerUnavailableError, client_error, text_input
+from hotpath.perf.reload import load_config, served_config
+from hotpath.server.admin import admin_headers
+from hotpath.server.ports import ServerPorts, free_ports
+from hotpath.server.process import LocalTriton
+
+SINGLE, ENSEMBLE = "text_embedding", "text_embedding_exact"
+MODELS = [SINGLE, ENSEMBLE, "tokenizer", "text_encoder"]
+EXIT_TIMEOUT_S = 10
+
+
+@dataclass
+class Call:
+    endpoint: str
+    start: float
+    end: float
+    raw: str = ""                    # tritonclient's status and message, "" on success
+    error: ClientError | None = None
+
+
+class Load:
+    """`loops` closed loops per endpoint until stopped; every call recorded."""
+
+    def __init__(self, url: str, endpoints=(SINGLE, ENSEMBLE), loops: int = 2):
+        self.url, self.calls, self._stop = url, [], threading.Event()
+        self._threads = [threading.Thread(target=self._loop, args=(e,)) for e in endpoints for _ in range(loops)]
+
+    def _loop(self, endpoint: str) -> None:
+        client = grpcclient.InferenceServerClient(self.url)
+        while not self._stop.is_set():
+            call = Call(endpoint, time.monotonic(), 0.0)
+            try:
+                client.infer(endpoint, [text_input("TEXT", [f"lifecycle {uuid.uuid4()}"])], client_timeout=30)
+            except InferenceServerException as exc:
+                call.raw, call.error = f"{exc.status()}: {exc.message()}", client_error(endpoint, exc)
+            call.end = time.monotonic()
+            self.calls.append(call)
+            if call.error:
+                time.sleep(0.01)   # a refused loop would otherwise spin on the 2 cores the server needs
+        client.close()
+
+    def __enter__(self) -> "Load":
+        for t in self._threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join()
+
+
+@pytest.fixture
+def repository(triton, tmp_path):   # the session server's fixture builds the repository first
+    """The endpoints' models as real folders of links to the built files: a version added here (the
+    server links Python models rather than copying them) never lands in model_repository/."""
+    for model in MODELS:
+        shutil.copytree(triton.repository / model, tmp_path / model,
+                        copy_function=lambda src, dst: os.symlink(os.path.realpath(src), dst))
+    return tmp_path
+
+
+def _server(repository, **kwargs) -> LocalTriton:
+    return LocalTriton(repository, ServerPorts(*free_ports(3)), log=lambda m: None,
+                       exit_timeout_s=EXIT_TIMEOUT_S, **kwargs)
+
+
+def _summary(calls) -> str:
+    return str(collections.Counter(c.raw[:100] if c.raw else "OK" for c in calls))
+
+
+def test_sigterm_under_load_drains_refuses_as_unavailable_and_exits_in_time(repository):
+    server = _server(repository).start()
+    readiness: list[tuple[float, bool]] = []
+    try:
+        with Load(server.grpc_url) as load:
+            time.sleep(2.0)
+            killed = time.monotonic()
+            server.process.send_signal(signal.SIGTERM)
+            while server.process.poll() is None and time.monotonic() - killed < EXIT_TIMEOUT_S + 5:
+                readiness.append((time.monotonic(), server.is_ready()))
+                time.sleep(0.05)
+            exited = time.monotonic()
+            time.sleep(0.3)   # a few calls against the closed port too
+    finally:
+        server.stop()
+    calls = load.calls
+    assert server.process.returncode == 0, server.log_tail()
+    assert exited - killed <= EXIT_TIMEOUT_S + 1, f"exit took {exited - killed:.1f} s"
+    before = [c for c in calls if c.end < killed]
+    assert len(before) > 20 and not [c for c in before if c.error], _summary(before)
+    # In flight at the signal: the one-model endpoint's requests all finish. An ensemble's request whose
+    # next step had not started is refused by that stopped step (Triton 2.51 stops every model at once,
+    # triton-inference-server/server#6287): allowed, but only as UNAVAILABLE.
+    in_flight = [c for c in calls if c.start < killed <= c.end]
+    assert not [c for c in in_flight if c.endpoint == SINGLE and c.error], _summary(in_flight)
+    after = [c for c in calls if c.start >= killed]
+    refused = [c for c in after if c.error]
+    assert len(refused) > 10, _summary(after)
+    wrong = [c for c in in_flight + after if c.error and not isinstance(c.error, ServerUnavailableError)]
+    assert not wrong, _summary(wrong)
+    # The server says it is not ready from shortly after the signal until it is gone.
+    first_down = next((t for t, ready in readiness if not ready), None)
+    assert first_down is not None and first_down - killed < 1.0
+    assert not [t for t, ready in readiness if ready and t > first_down]
+    print(f"\nSIGTERM under load: exit {exited - killed:.1f} s; in flight {len(in_flight)} "
+          f"({_summary(in_flight)}); after {len(after)}: {_summary(after)}")
+
+
+def _roll_out_new_version(server: LocalTriton, client: grpcclient.InferenceServerClient, model: str) -> float:
+    """Version 2 of `model` next to version 1 in the served repository, then load it: Triton serves v2
+    and retires v1 (version policy: latest 1). Returns the seconds the load took."""
+    shutil.copytree(server.staged / model / "1", server.staged / model / "2", symlinks=True)
+    t0 = time.monotonic()
+    client.load_model(model, headers=admin_headers())
+    seconds = time.monotonic() - t0
+    assert client.is_model_ready(model, "2") and not client.is_model_ready(model, "1")
+    return seconds
+
+
+def test_rolling_out_new_versions_and_configs_under_load_fails_no_request(repository):
+    with _server(repository, model_control="explicit") as server, Load(server.grpc_url) as load:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        time.sleep(1.0)
+        started = time.monotonic()
+        took = {m: _roll_out_new_version(server, client, m) for m in (SINGLE, "tokenizer", "text_encoder")}
+        config = served_config(client, SINGLE)   # and a config change (instances) of the new version
+        config.instance_group[0].count = 1 if config.instance_group[0].count > 1 else 2
+        load_config(client, SINGLE, config)
+        assert served_config(client, SINGLE).instance_group[0].count == config.instance_group[0].count
+        finished = time.monotonic()
+        time.sleep(0.5)
+        client.close()
+    during = [c for c in load.calls if started <= c.start < finished]
+    for endpoint in (SINGLE, ENSEMBLE):
+        assert len([c for c in during if c.endpoint == endpoint]) > 20, _summary(during)
+    failed = [c for c in load.calls if c.error]
+    assert not failed, _summary(failed)
+    print(f"\nrollout under load: {len(during)} calls during {finished - started:.1f} s of loads "
+          f"({', '.join(f'{m} {s:.1f} s' for m, s in took.items())}), 0 failed")
