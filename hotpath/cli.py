@@ -54,7 +54,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     ports = ServerPorts(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port)
     tracing = OtlpTracing(args.trace_otlp, args.trace_rate) if args.trace_otlp else None
     return serve_forever(ports, repository=args.repository, ort_threads=args.ort_threads, demo=args.demo,
-                         tracing=tracing)
+                         tracing=tracing, watchdog=not args.no_watchdog, probe_s=args.probe_interval)
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
@@ -249,6 +249,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="OpenTelemetry trace mode: export spans over OTLP/HTTP to URL (host:port/v1/traces)")
     p.add_argument("--trace-rate", type=int, default=_env_int("HOTPATH_TRACE_RATE", 1000),
                    help="with --trace-otlp: trace one request in N (default 1000)")
+    p.add_argument("--no-watchdog", action="store_true",
+                   help="do not restart models whose Python stub died (default: watch and restart them)")
+    p.add_argument("--probe-interval", type=float, default=5.0, metavar="S",
+                   help="seconds between liveness probes through every endpoint (default 5)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("embed", help="embed texts through the text_embedding endpoint (gRPC)")

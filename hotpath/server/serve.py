@@ -9,12 +9,17 @@ from pathlib import Path
 from hotpath.server.ports import ServerPorts
 from hotpath.server.process import LocalTriton
 from hotpath.server.tracing import OtlpTracing
+from hotpath.server.watchdog import Watchdog
 
 
 def serve_forever(ports: ServerPorts, repository: Path | None = None, ort_threads: int | None = None,
-                  demo: bool = False, tracing: OtlpTracing | None = None) -> int:
-    """`hotpath serve`: start the server, print endpoints (and a demo request), wait for Ctrl-C/SIGTERM."""
-    server = LocalTriton(repository, ports, ort_threads, extra_args=tracing.flags() if tracing else None)
+                  demo: bool = False, tracing: OtlpTracing | None = None, watchdog: bool = True,
+                  probe_s: float = 5.0) -> int:
+    """`hotpath serve`: start the server, print endpoints (and a demo request), wait for Ctrl-C/SIGTERM.
+    With `watchdog`, models whose Python stub dies are restarted (explicit model control)."""
+    server = LocalTriton(repository, ports, ort_threads, model_control="explicit" if watchdog else "none",
+                         extra_args=tracing.flags() if tracing else None)
+    guard = Watchdog(server, probe_s=probe_s) if watchdog else None
     stop = {"signal": None}
 
     def _handle(signum, _frame):
@@ -32,13 +37,17 @@ def serve_forever(ports: ServerPorts, repository: Path | None = None, ort_thread
             from hotpath.demo import show_example
 
             show_example(server.grpc_url)
+        if guard:
+            guard.start()
         print("[serve] serving; Ctrl-C to stop", flush=True)
         while stop["signal"] is None:
-            if server.process.poll() is not None:
+            if not guard and server.process.poll() is not None:
                 print(f"[serve] tritonserver exited ({server.process.returncode}):\n{server.log_tail()}", flush=True)
                 return 1
             time.sleep(0.5)
     finally:
+        if guard:
+            guard.stop()
         print("[serve] stopping tritonserver", flush=True)
         server.stop()
     return 0

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from hotpath import paths
+from hotpath.health.probe import endpoints, read_configs
 from hotpath.monitoring.adapter import METRIC
 from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.monitoring.rules import queue_budget_ms
@@ -51,17 +52,23 @@ def test_validator_rejects_what_the_pinned_release_lacks():
     deployment = by_kind(kustomize(DEPLOY / "overlays" / "cpu"))["Deployment"][0]
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, "1.28.0", strict=True)   # preStop sleep came in 1.29
-    deployment["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["httpGet"]["paht"] = "/"
+    deployment["spec"]["template"]["spec"]["containers"][0]["startupProbe"]["httpGet"]["paht"] = "/"
     with pytest.raises(kubernetes_validate.ValidationError):
         kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
 
 
-def test_probes_use_triton_health_endpoints(overlay):
+ENDPOINTS = endpoints(read_configs(paths.model_repository()))
+
+
+def test_probes_send_real_requests_after_startup(overlay):
     _, k = overlay
     container = k["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]
     assert container["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
-    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
-    assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    # Triton's ready stays 200 with a dead stub (tests/integration/test_stub_health.py): probe for real.
+    for probe in (container["readinessProbe"], container["livenessProbe"]):
+        assert probe["exec"]["command"][:3] == ["python3", "-m", "hotpath.health"]
+        budget = float(probe["exec"]["command"][probe["exec"]["command"].index("--timeout") + 1])
+        assert probe["timeoutSeconds"] >= len(ENDPOINTS) * budget, "endpoints are probed one after another"
     startup = container["startupProbe"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 300, "model load + warmup needs minutes"
 

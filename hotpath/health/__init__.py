@@ -1,0 +1,1 @@
+"""Health that tells the truth: a probe that sends real requests (runs in the container too)."""

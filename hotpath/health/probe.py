@@ -1,0 +1,143 @@
+"""A liveness probe that tells the truth: one real request through every endpoint of a repository.
+
+Triton 2.51 keeps a model "ready" after its Python stub died while every request to it fails, so
+/v2/health/ready cannot be trusted alone. The probe sends a fresh input to each endpoint (a model that
+is no ensemble's step, so every step is exercised through its ensemble), unique per call so the
+response cache cannot answer for a dead model. Runs in the container (health check, Kubernetes exec
+probes) and in hotpath's local watchdog; needs only tritonclient, numpy, Pillow and the configs.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import os
+import queue
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2 as mc
+from tritonclient.utils import InferenceServerException, triton_to_np_dtype
+
+_counter = itertools.count()
+
+
+class ProbeError(Exception):
+    """The probe cannot build a request for an endpoint (an input it has no value for)."""
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    endpoint: str
+    ok: bool
+    latency_ms: float
+    status: str = "OK"
+    message: str = ""
+
+    def line(self) -> str:
+        head = f"{self.endpoint}: {'OK' if self.ok else self.status} in {self.latency_ms:.0f} ms"
+        return head if self.ok else f"{head}: {self.message}"
+
+
+def read_configs(repository: Path) -> dict[str, mc.ModelConfig]:
+    """Every model config of a repository, by model name."""
+    configs = {}
+    for path in sorted(Path(repository).glob("*/config.pbtxt")):
+        config = text_format.Parse(path.read_text(), mc.ModelConfig())
+        configs[config.name or path.parent.name] = config
+    return configs
+
+
+def endpoints(configs: dict[str, mc.ModelConfig]) -> list[mc.ModelConfig]:
+    """The models a client calls: those that are no ensemble's step."""
+    steps = {step.model_name for c in configs.values() for step in c.ensemble_scheduling.step}
+    return [c for name, c in sorted(configs.items()) if name not in steps]
+
+
+def _png(seed: int) -> bytes:
+    from PIL import Image
+
+    rng = np.random.default_rng(seed)
+    out = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(out, "PNG")
+    return out.getvalue()
+
+
+def _value(config: mc.ModelConfig, tensor: mc.ModelInput, seed: int):
+    """The probe's value for one input, or None to leave an optional input out."""
+    if tensor.data_type == mc.TYPE_STRING and not tensor.optional:
+        if tensor.name == "IMAGE":
+            return _png(seed)
+        return f"hotpath liveness probe {os.getpid()}-{seed}-{time.time_ns()}".encode()
+    if tensor.name == "MAX_TOKENS":  # a generation endpoint: one token proves the whole loop
+        return 1
+    if tensor.optional:
+        return None
+    raise ProbeError(f"{config.name}: the probe has no value for required input {tensor.name}")
+
+
+def probe_inputs(config: mc.ModelConfig, seed: int | None = None) -> list[grpcclient.InferInput]:
+    """One request's inputs for `config`, unique per call."""
+    seed = next(_counter) if seed is None else seed
+    inputs = []
+    for tensor in config.input:
+        value = _value(config, tensor, seed)
+        if value is None:
+            continue
+        dims = [1 if d < 0 else d for d in tensor.dims]
+        shape = ([1] if config.max_batch_size > 0 else []) + dims
+        dtype = mc.DataType.Name(tensor.data_type)[len("TYPE_"):]
+        dtype = "BYTES" if dtype == "STRING" else dtype
+        data = np.full(shape, value, dtype=object if dtype == "BYTES" else triton_to_np_dtype(dtype))
+        item = grpcclient.InferInput(tensor.name, shape, dtype)
+        item.set_data_from_numpy(data)
+        inputs.append(item)
+    return inputs
+
+
+def _stream_once(client: grpcclient.InferenceServerClient, config: mc.ModelConfig, inputs, timeout_s: float):
+    """A decoupled endpoint: stream one request and wait for its final response (or an error)."""
+    responses: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: responses.put((result, error)),
+                        stream_timeout=timeout_s)
+    try:
+        client.async_stream_infer(config.name, inputs, enable_empty_final_response=True)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            result, error = responses.get(timeout=max(0.0, deadline - time.monotonic()))
+            if error is not None:
+                raise error
+            params = result.get_response().parameters
+            if params.get("triton_final_response") and params["triton_final_response"].bool_param:
+                return
+    finally:
+        client.stop_stream(cancel_requests=True)
+
+
+def probe(url: str, config: mc.ModelConfig, timeout_s: float = 5.0) -> ProbeResult:
+    """Send one real request to one endpoint; OK only if it is answered without error in time."""
+    started = time.perf_counter()
+    try:
+        inputs = probe_inputs(config)
+        with grpcclient.InferenceServerClient(url) as client:
+            if config.model_transaction_policy.decoupled:
+                _stream_once(client, config, inputs, timeout_s)
+            else:
+                client.infer(config.name, inputs, client_timeout=timeout_s)
+        return ProbeResult(config.name, True, (time.perf_counter() - started) * 1e3)
+    except InferenceServerException as exc:
+        status, message = str(exc.status() or "ERROR"), exc.message() or str(exc)
+    except queue.Empty:
+        status, message = "DEADLINE_EXCEEDED", f"no final response within {timeout_s:.1f}s"
+    except ProbeError as exc:
+        status, message = "PROBE_ERROR", str(exc)
+    return ProbeResult(config.name, False, (time.perf_counter() - started) * 1e3, status, message)
+
+
+def probe_all(url: str, configs: list[mc.ModelConfig], timeout_s: float = 5.0) -> list[ProbeResult]:
+    """Probe every endpoint, one after another."""
+    return [probe(url, config, timeout_s) for config in configs]

@@ -1,0 +1,52 @@
+"""The liveness probe's requests and the watchdog's reading of errors, without a server."""
+
+import numpy as np
+import pytest
+from PIL import Image
+import io
+
+from hotpath.health.probe import ProbeError, ProbeResult, endpoints, probe_inputs, read_configs
+from hotpath.paths import model_repository
+from hotpath.server.watchdog import models_named_unhealthy
+from tritonclient.grpc import model_config_pb2 as mc
+
+
+@pytest.fixture(scope="module")
+def configs():
+    return read_configs(model_repository())
+
+
+def test_endpoints_are_the_models_no_ensemble_calls(configs):
+    names = [c.name for c in endpoints(configs)]
+    steps = {s.model_name for c in configs.values() for s in c.ensemble_scheduling.step}
+    assert steps and not steps & set(names)
+    assert set(names) | steps == set(configs)
+    assert {"text_embedding", "text_embedding_exact", "image_classification", "text_generation"} <= set(names)
+
+
+def test_probe_inputs_are_unique_valid_and_cheap(configs):
+    text = configs["text_embedding"]
+    first, second = probe_inputs(text), probe_inputs(text)
+    assert first[0].shape() == [1, 1] and first[0].datatype() == "BYTES"
+    assert first[0]._get_content() != second[0]._get_content(), "a repeated input would be a cache hit"
+    (image,) = probe_inputs(configs["image_classification"], seed=3)
+    raw = image._get_content()
+    Image.open(io.BytesIO(raw[raw.index(b"\x89PNG"):])).verify()
+    generation = {i.name(): i for i in probe_inputs(configs["text_generation"])}
+    assert set(generation) == {"PROMPT", "MAX_TOKENS"}, "optional inputs stay out except one token"
+    assert np.frombuffer(generation["MAX_TOKENS"]._get_content(), np.int32).tolist() == [1]
+
+
+def test_a_required_input_without_a_probe_value_is_a_clear_error():
+    config = mc.ModelConfig(name="m", max_batch_size=8, input=[mc.ModelInput(name="X", data_type=mc.TYPE_FP32, dims=[4])])
+    with pytest.raises(ProbeError, match="m: the probe has no value for required input X"):
+        probe_inputs(config)
+
+
+def test_the_watchdog_reads_which_model_a_dead_stub_belongs_to():
+    results = [ProbeResult("text_embedding_exact", False, 1003, "StatusCode.INTERNAL",
+                           "in ensemble 'text_embedding_exact', Stub process 'tokenizer_0_0' is not healthy."),
+               ProbeResult("image_classification", False, 1002, "StatusCode.INTERNAL",
+                           "Stub process 'image_preprocess_1_12' is not healthy."),
+               ProbeResult("text_embedding", False, 5, "StatusCode.UNAVAILABLE", "Server exiting")]
+    assert models_named_unhealthy(results) == {"tokenizer", "image_preprocess"}
