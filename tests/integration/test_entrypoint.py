@@ -49,21 +49,29 @@ def _request(url, method="GET", headers=None):
         return 0
 
 
-@pytest.fixture
-def served(tmp_path):
-    ports = free_ports(3)
-    proc = _start(planrepo.make_repository(tmp_path), tmp_path / "cache", ports)
-    base = f"http://127.0.0.1:{ports[0]}"
+def _ready(proc, base):
     deadline = time.monotonic() + 120
     while _request(f"{base}/v2/health/ready") != 200:
         if proc.poll() is not None or time.monotonic() > deadline:
             os.killpg(proc.pid, signal.SIGKILL) if proc.poll() is None else None
             pytest.fail(f"entrypoint did not become ready:\n{proc.stdout.read()}")
         time.sleep(0.25)
-    yield proc, ports, base
+
+
+def _kill(proc):
     if proc.poll() is None:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+@pytest.fixture
+def served(tmp_path):
+    ports = free_ports(3)
+    proc = _start(planrepo.make_repository(tmp_path), tmp_path / "cache", ports)
+    base = f"http://127.0.0.1:{ports[0]}"
+    _ready(proc, base)
+    yield proc, ports, base
+    _kill(proc)
 
 
 def test_entrypoint_serves_the_fallback_without_gpu_and_restricts_admin_apis(served):
@@ -89,6 +97,22 @@ def test_entrypoint_serves_the_fallback_without_gpu_and_restricts_admin_apis(ser
     out = proc.stdout.read()
     assert code == 0, out[-3000:]
     assert "[startup] scaler: onnx fallback (no GPU)" in out
+
+
+def test_entrypoint_reads_the_admin_key_from_a_file(tmp_path):
+    key_file = tmp_path / "admin-key"
+    key_file.write_text("from-a-secret\n")
+    ports = free_ports(3)
+    proc = _start(planrepo.make_repository(tmp_path), tmp_path / "cache", ports,
+                  {"HOTPATH_ADMIN_KEY": "", "HOTPATH_ADMIN_KEY_FILE": str(key_file)})
+    base = f"http://127.0.0.1:{ports[0]}"
+    try:
+        _ready(proc, base)
+        assert _request(f"{base}/v2/models/stats") == 403
+        assert _request(f"{base}/v2/models/stats", headers={"admin-key": "s3cret"}) == 403
+        assert _request(f"{base}/v2/models/stats", headers={"admin-key": "from-a-secret"}) == 200
+    finally:
+        _kill(proc)
 
 
 def test_entrypoint_fails_fast_when_a_plan_only_model_meets_no_gpu(tmp_path):
