@@ -75,6 +75,9 @@ class ServerFaultError(ClientError):
 _BY_STATUS = {"INVALID_ARGUMENT": InvalidInputError, "UNAVAILABLE": ServerUnavailableError,
               "DEADLINE_EXCEEDED": RequestTimeoutError, "RESOURCE_EXHAUSTED": ServerUnavailableError,
               "UNAUTHENTICATED": UnauthenticatedError,
+              # hotpath's calls never cancel themselves: a CANCELLED one was dropped by a server closing
+              # its port mid-call (seen once in test_lifecycle's SIGTERM run), so it may be sent again.
+              "CANCELLED": ServerUnavailableError,
               # HTTP statuses, as tritonclient.http reports them
               "400": InvalidInputError, "503": ServerUnavailableError, "504": RequestTimeoutError,
               "401": UnauthenticatedError, "413": InvalidInputError, "429": ServerUnavailableError}

@@ -32,6 +32,8 @@ def test_a_model_without_a_version_now_is_unavailable_not_a_fault():
     assert type(client_error("m at h", exiting)) is ServerUnavailableError
     unknown = InferenceServerException("Request for unknown model: 'nope' is not found", status="StatusCode.NOT_FOUND")
     assert type(client_error("m at h", unknown)) is ServerFaultError
+    closing = InferenceServerException("CANCELLED", status="StatusCode.CANCELLED")   # a port closing mid-call
+    assert type(client_error("m at h", closing)) is ServerUnavailableError
 
 
 class Flaky:
