@@ -5,7 +5,7 @@ HOTPATH   := $(VENV)/bin/hotpath
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup engines serve test test-unit perf perf-quick perf-compare perf-check tune clean help
+.PHONY: setup engines serve test test-unit perf perf-quick perf-compare perf-check soak tune clean help
 
 help:
 	@echo "make serve   set up, build the model repository, start Triton, show a real request"
@@ -15,6 +15,7 @@ help:
 	@echo "make perf-compare  the same, side by side with the alternatives -> perf/reports/compare.md"
 	@echo "make perf-check    fail when an endpoint misses its p95 target (perf/slo.toml); refuses on a busy"
 	@echo "                   machine unless HOTPATH_ALLOW_BUSY=1"
+	@echo "make soak    the endpoints together for 5 minutes, unique inputs: errors, p95 and RSS over time -> perf/reports/soak.md"
 	@echo "make tune ENDPOINT=text_embedding  tune an endpoint, write the winner into build/*.toml (TUNE_ARGS=--max-trials 8)"
 
 setup:
@@ -43,6 +44,9 @@ perf-compare: engines
 
 perf-check: engines
 	@$(HOTPATH) perf-check
+
+soak: engines
+	@$(PY) -m hotpath.perf.soak $(SOAK_ARGS)
 
 ENDPOINT ?= text_embedding
 tune: engines

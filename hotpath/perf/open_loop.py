@@ -55,13 +55,14 @@ class OpenLoopResult:
 
 def run_open_loop(url: str, model: str, make_inputs: Callable[[int], list[grpcclient.InferInput]],
                   rate: float, duration_s: float, drain_s: float = 30.0,
-                  headers: dict[str, str] | None = None) -> OpenLoopResult:
+                  headers: dict[str, str] | None = None, prebuild: bool = True) -> OpenLoopResult:
     """Send `rate` requests/s for `duration_s` (request i gets make_inputs(i), every one `headers`);
-    wait for every answer."""
+    wait for every answer. `prebuild=False` builds each request when it is due (long runs: memory)."""
     run = OpenLoopResult(rate, duration_s)
     lock, done = threading.Lock(), threading.Semaphore(0)
     total = int(rate * duration_s)
-    inputs = [make_inputs(i) for i in range(total)]  # built up front: the schedule must not wait for it
+    # Built up front by default: the schedule must not wait for it.
+    inputs = [make_inputs(i) for i in range(total)] if prebuild else None
     client = grpcclient.InferenceServerClient(url)
     start = time.perf_counter()
 
@@ -81,7 +82,8 @@ def run_open_loop(url: str, model: str, make_inputs: Callable[[int], list[grpccl
             delay = due - time.perf_counter()
             if delay > 0:
                 time.sleep(delay)
-            client.async_infer(model, inputs[i], callback(time.perf_counter(), due), headers=headers)
+            request = inputs[i] if inputs is not None else make_inputs(i)
+            client.async_infer(model, request, callback(time.perf_counter(), due), headers=headers)
         for _ in range(total):
             if not done.acquire(timeout=drain_s):
                 raise TimeoutError(f"{model}: {total - len(run.outcomes)} of {total} requests unanswered "

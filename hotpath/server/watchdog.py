@@ -18,34 +18,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-import psutil
 import tritonclient.grpc as grpcclient
 
 from hotpath.health.probe import ProbeResult, endpoints, probe_all, read_configs
 from hotpath.perf.reload import load_config, served_config
 from hotpath.server.process import LocalTriton
+from hotpath.server.stubs import stub_census
 
-STUB_BINARY = "triton_python_backend_stub"
 _UNHEALTHY_STUB = re.compile(r"Stub process '([^']+)' is not healthy")
 # A forcing change: a parameter no backend reads, set to the restart time.
 RESTART_PARAMETER = "hotpath.restarted_at"
-
-
-def stub_census(server_pid: int) -> Counter:
-    """Live Python-backend stub processes under a tritonserver, counted per model."""
-    census: Counter = Counter()
-    try:
-        children = psutil.Process(server_pid).children()
-    except psutil.NoSuchProcess:
-        return census
-    for child in children:
-        try:
-            cmdline = child.cmdline()
-            if cmdline and cmdline[0].endswith(STUB_BINARY) and child.status() != psutil.STATUS_ZOMBIE:
-                census[Path(cmdline[1]).parent.parent.name] += 1  # <repository>/<model>/<version>/model.py
-        except (psutil.NoSuchProcess, psutil.AccessDenied, IndexError):
-            continue
-    return census
 
 
 def models_named_unhealthy(results: list[ProbeResult]) -> set[str]:

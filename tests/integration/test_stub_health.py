@@ -20,7 +20,8 @@ from hotpath.health.probe import endpoints, probe, read_configs
 from hotpath.paths import model_repository
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
-from hotpath.server.watchdog import STUB_BINARY, Watchdog, stub_census
+from hotpath.server.stubs import STUB_BINARY, stub_census
+from hotpath.server.watchdog import Watchdog
 
 # Which endpoint's requests go through each model with a Python stub (on this server the ONNX models
 # run in the Python ORT runner, so they have stubs too).
