@@ -88,13 +88,18 @@ _BY_STATUS = {"INVALID_ARGUMENT": InvalidInputError, "UNAVAILABLE": ServerUnavai
 # server now (an unknown name says "is not found"): UNAVAILABLE to the caller, retried; a gateway may send it
 # elsewhere.
 _NO_VERSION_NOW = "has no available versions"
+# Triton 2.51 when a model's Python stub process died: INTERNAL "Stub process 'tokenizer_0_0' is not healthy."
+# A server fault, but a transient one (the watchdog or the orchestrator restarts it; another replica can
+# serve): retryable, like UNAVAILABLE. Inference requests are idempotent.
+_DEAD_STUB = "is not healthy"
 
 
 def client_error(where: str, exc: InferenceServerException) -> ClientError:
     """The ClientError subclass for a tritonclient exception (its status: gRPC 'StatusCode.X' or HTTP code)."""
     status = str(exc.status() or "").removeprefix("StatusCode.") or None
     kind = _BY_STATUS.get(status or "", ServerFaultError if status else ClientError)
-    if status == "NOT_FOUND" and _NO_VERSION_NOW in (exc.message() or ""):
+    message = exc.message() or ""
+    if (status == "NOT_FOUND" and _NO_VERSION_NOW in message) or (status == "INTERNAL" and _DEAD_STUB in message):
         kind = ServerUnavailableError
     return kind(f"{where}: {exc.message()}", status)
 

@@ -36,6 +36,16 @@ def test_a_model_without_a_version_now_is_unavailable_not_a_fault():
     assert type(client_error("m at h", closing)) is ServerUnavailableError
 
 
+def test_a_dead_stub_is_retryable_other_internal_errors_are_faults():
+    """What Triton 2.51 answers after a Python stub was killed (tests/integration/test_stub_health.py)."""
+    dead = InferenceServerException("in ensemble 'text_embedding_exact', Stub process 'tokenizer_0_0' is not healthy.",
+                                    status="StatusCode.INTERNAL")
+    assert type(client_error("m at h", dead)) is ServerUnavailableError
+    bug = InferenceServerException("Failed to process the request(s): list index out of range",
+                                   status="StatusCode.INTERNAL")
+    assert type(client_error("m at h", bug)) is ServerFaultError
+
+
 class Flaky:
     """Fails with the given statuses in turn, then answers."""
 
