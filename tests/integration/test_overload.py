@@ -122,7 +122,8 @@ def overload(grpc_url):
 
 QUEUE_POLICY_STALL = ("no queue policy in the specs: any default_queue_policy stalls tritonserver 2.51's dynamic "
                       "batcher ~0.5 s between executions (c=8: p95 525 ms, 60-87/s vs 33 ms, 375/s; "
-                      "perf/reports/overload.md); load is shed in front of the server")
+                      "perf/reports/overload.md); load is shed in front of the server by the tenant gateway "
+                      "(tests/integration/test_gateway.py)")
 
 
 @pytest.mark.skip(reason=QUEUE_POLICY_STALL)
