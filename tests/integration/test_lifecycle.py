@@ -20,7 +20,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from hotpath.client import ClientError, ServerUnavailableError, client_error, text_input
+from hotpath.client import ClientError, Generation, GenerationClient, ServerUnavailableError, client_error, text_input
 from hotpath.perf.reload import load_config, served_config
 from hotpath.server.admin import admin_headers
 from hotpath.server.ports import ServerPorts, free_ports
@@ -72,14 +72,18 @@ class Load:
             t.join()
 
 
+def _copy(built, target, models=MODELS):
+    """`models` as real folders of links to the built files: a version added here (the server links
+    Python models rather than copying them) never lands in model_repository/."""
+    for model in models:
+        shutil.copytree(built / model, target / model,
+                        copy_function=lambda src, dst: os.symlink(os.path.realpath(src), dst))
+    return target
+
+
 @pytest.fixture
 def repository(triton, tmp_path):   # the session server's fixture builds the repository first
-    """The endpoints' models as real folders of links to the built files: a version added here (the
-    server links Python models rather than copying them) never lands in model_repository/."""
-    for model in MODELS:
-        shutil.copytree(triton.repository / model, tmp_path / model,
-                        copy_function=lambda src, dst: os.symlink(os.path.realpath(src), dst))
-    return tmp_path
+    return _copy(triton.repository, tmp_path)
 
 
 def _server(repository, **kwargs) -> LocalTriton:
@@ -160,3 +164,37 @@ def test_rolling_out_new_versions_and_configs_under_load_fails_no_request(reposi
     assert not failed, _summary(failed)
     print(f"\nrollout under load: {len(during)} calls during {finished - started:.1f} s of loads "
           f"({', '.join(f'{m} {s:.1f} s' for m, s in took.items())}), 0 failed")
+
+
+def test_sigterm_lets_streams_in_flight_finish(triton, tmp_path):
+    """Token streams of the decoupled generation model that run when SIGTERM arrives end normally."""
+    server = _server(_copy(triton.repository, tmp_path, ["text_generation"])).start()
+    events: dict[int, list] = {i: [] for i in range(3)}
+
+    def stream(i: int) -> None:
+        try:
+            with GenerationClient(server.grpc_url) as client:
+                events[i] += client.stream(f"Tell a long story about robot number {i}.", max_tokens=64)
+        except ClientError as exc:
+            events[i].append(exc)
+
+    threads = [threading.Thread(target=stream, args=(i,)) for i in events]
+    try:
+        for t in threads:
+            t.start()
+        while sum(len(e) for e in events.values()) < 3 * 4:   # every stream has sent a few tokens
+            time.sleep(0.02)
+        killed = time.monotonic()
+        server.process.send_signal(signal.SIGTERM)
+        running = [i for i, got in events.items() if not any(isinstance(e, Generation) for e in got)]
+        for t in threads:
+            t.join(60)
+        server.process.wait(EXIT_TIMEOUT_S + 5)
+        exit_s = time.monotonic() - killed
+    finally:
+        server.stop()
+    assert server.process.returncode == 0 and exit_s <= EXIT_TIMEOUT_S + 1, exit_s
+    assert running, "every stream ended before the signal: nothing was in flight"
+    for i, got in events.items():
+        assert isinstance(got[-1], Generation), f"stream {i}: {got[-1]!r}"
+        assert got[-1].finish_reason == "length" and got[-1].completion_tokens == 64
