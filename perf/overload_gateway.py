@@ -18,13 +18,14 @@ from pathlib import Path
 
 from hotpath import paths
 from hotpath.client import text_input
+from hotpath.errors import HotpathError
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.limits import admission_cap, max_body_bytes
 from hotpath.gateway.local import LocalGateway
 from hotpath.gateway.tenants import Tenant, new_token
 from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.perf.open_loop import OpenLoopResult, run_open_loop
-from hotpath.perf.quiet import allow_busy_default, require_quiet
+from hotpath.perf.quiet import allow_busy_default, busiest, descendants, read_proc, require_quiet
 from hotpath.perf.slo import load_slos
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
@@ -36,16 +37,23 @@ MODEL = "text_embedding"
 UNIQUE = "gateway benchmark {} {}: a unique text so that the response cache never answers"
 
 
-def _row(factor: float, cap: int, r: OpenLoopResult, nginx_refusal_s: list[float], target_ms: float) -> str:
+def _others_cores(before, after) -> float:
+    """Cores used by processes outside this script's tree between two /proc samples (other agents' work)."""
+    ours = descendants(before, os.getpid()) | descendants(after, os.getpid())
+    return sum(p.cores for p in busiest(before, after, ours))
+
+
+def _row(factor: float, cap: int, r: OpenLoopResult, nginx_refusal_s: list[float], target_ms: float,
+         others: float) -> str:
     refused, p95 = r.of("UNAVAILABLE"), r.latency_ms("OK", 95)
-    others = len(r.outcomes) - len(r.of("OK")) - len(refused)
+    other_statuses = len(r.outcomes) - len(r.of("OK")) - len(refused)
     lag = sorted(o.lag_s for o in r.outcomes)[int(0.95 * (len(r.outcomes) - 1))] * 1e3
     nginx_ms = f"{max(nginx_refusal_s) * 1e3:.0f}" if nginx_refusal_s else "-"
     nginx_ms = "< 1" if nginx_ms == "0" else nginx_ms   # $request_time counts whole milliseconds
     return (f"| {r.rate:.0f} ({factor:g}x) | {cap} | {r.admitted_per_s:.0f} | {r.latency_ms('OK', 50):.1f} / "
             f"{p95:.1f} {'(within)' if p95 <= target_ms else '(over)'} | {len(refused)} "
             f"({100 * len(refused) / len(r.outcomes):.0f}%) | {r.latency_ms('UNAVAILABLE', 50):.1f} / "
-            f"{r.latency_ms('UNAVAILABLE', 95):.1f} | {nginx_ms} | {others} | {lag:.1f} |")
+            f"{r.latency_ms('UNAVAILABLE', 95):.1f} | {nginx_ms} | {other_statuses} | {lag:.1f} | {others:.2f} |")
 
 
 def main() -> int:
@@ -58,7 +66,11 @@ def main() -> int:
         print(f"[overload] {MEASURING} exists: another measurement is running; try later", file=sys.stderr)
         return 75
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))   # unwinds the with-blocks: no server outlives it
-    quiet = require_quiet(args.allow_busy)
+    try:
+        quiet = require_quiet(args.allow_busy)
+    except HotpathError as exc:
+        print(f"[overload] {exc}", file=sys.stderr)
+        return 75
     load_before = os.getloadavg()
     slo = load_slos("cpu")[MODEL]
     caps = [int(c) for c in args.caps.split(",") if c] or [admission_cap("cpu")]
@@ -75,13 +87,14 @@ def main() -> int:
                                              (Tenant("bench", token, 100_000, 100_000),), cap, max_body_bytes())
             with LocalGateway(settings) as gateway:
                 for factor in ((1, 2) if cap == caps[0] else (2,)):
-                    logged = len(gateway.log())
+                    logged, before = len(gateway.log()), read_proc()
                     rate = round(factor * slo.capacity_per_s)
                     r = run_open_loop(gateway.grpc_url, MODEL,
                                       lambda i: [text_input("TEXT", [UNIQUE.format(f"{cap}x{factor}", i)])],
                                       rate, args.duration, headers=headers)
+                    others = _others_cores(before, read_proc())
                     nginx = [e.seconds for e in gateway.log()[logged:] if e.grpc_status == "14"]
-                    rows.append(_row(factor, cap, r, nginx, slo.p95_ms))
+                    rows.append(_row(factor, cap, r, nginx, slo.p95_ms, others))
                     print(f"[overload] cap {cap}, {factor}x: {r.summary()}", flush=True)
     load_after = os.getloadavg()
     section = "\n".join([
@@ -99,8 +112,9 @@ def main() -> int:
         f"{' / '.join(f'{x:.2f}' for x in load_after)} after.",
         "",
         "| offered /s | cap | admitted /s | admitted p50 / p95 ms (vs target) | refused UNAVAILABLE | refusal p50 / "
-        "p95 ms (client) | refusal max ms (NGINX `$request_time`) | other statuses | client send lag p95 ms |",
-        "|---|---:|---:|---|---:|---|---:|---:|---:|",
+        "p95 ms (client) | refusal max ms (NGINX `$request_time`) | other statuses | client send lag p95 ms | "
+        "cores used by other processes meanwhile (of 2) |",
+        "|---|---:|---:|---|---:|---|---:|---:|---:|---:|",
         *rows,
         "",
     ])
