@@ -74,8 +74,11 @@ def run_model_analyzer(model: str, target_p95_ms: float, concurrency: int | list
         "checkpoint_directory": str(work / "checkpoints"),
         "triton_launch_mode": "local",
         "triton_server_path": str(install.binary),
+        # Its own tritonserver, which it drives through the repository API: no admin key (it cannot send
+        # one), so it listens on loopback only.
         "triton_server_flags": {"backend_directory": str(backends),
-                                "cache_directory": str(install.root / "caches")},
+                                "cache_directory": str(install.root / "caches"),
+                                **{f"{api}_address": "127.0.0.1" for api in ("http", "grpc", "metrics")}},
         "perf_analyzer_path": str(perf_analyzer_binary()),
         "perf_analyzer_flags": {"input-data": str(payload_for(model)), "percentile": 95},
         "run_config_search_disable": True,
