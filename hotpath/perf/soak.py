@@ -91,6 +91,10 @@ class SoakResult:
         return settled[-1].rss_mb[process] - min(s.rss_mb[process] for s in settled)
 
 
+def _target(targets_ms: dict[str, float], endpoint: str) -> str:
+    return f"{targets_ms[endpoint]:.0f}" if endpoint in targets_ms else "-"
+
+
 def _cache_util(metrics_url: str | None) -> float | None:
     if not metrics_url:
         return None
@@ -180,8 +184,11 @@ def write_report(result: SoakResult, targets_ms: dict[str, float], path: Path, w
     for endpoint, run in result.runs.items():
         lines.append(f"| {endpoint} | {run.rate:.0f} | {len(run.outcomes)} | {len(run.of('OK'))} | "
                      f"{sum(errors.get(endpoint, {}).values())} {errors.get(endpoint, '')} | {lost[endpoint]} | "
-                     f"{run.latency_ms('OK', 95):.1f} | {targets_ms.get(endpoint, float('nan')):.0f} |")
-    lines += ["", f"p95 per {window_s:.0f} s window (ms, by sending time):", "",
+                     f"{run.latency_ms('OK', 95):.1f} | {_target(targets_ms, endpoint)} |")
+    lines += ["", "The targets hold for each endpoint alone at its declared concurrency (perf/slo.toml); here the "
+              "endpoints share the host, so a window above its target says what mixed traffic costs, not a miss "
+              "of the gate (`make perf-check`).",
+              "", f"p95 per {window_s:.0f} s window (ms, by sending time):", "",
               "| window | " + " | ".join(result.runs) + " |", "|---|" + "---:|" * len(result.runs)]
     per = {e: result.window_p95_ms(e, window_s) for e in result.runs}
     for i, (start, _, _) in enumerate(next(iter(per.values()))):
