@@ -161,7 +161,9 @@ def test_twice_capacity_refuses_the_excess_fast_with_unavailable(overload, gatew
     assert admitted, result.summary()
     overloaded = OVERLOADED.format(cap=gateway.settings.in_flight_cap)
     assert {o.message for o in refused} == {overloaded}
-    assert result.latency_ms("UNAVAILABLE", 50) < 5, result.summary()   # answered by NGINX at once
+    # As the client sees it: 0.2-2 ms medians on this host, up to ~7 ms while other work shares the 2 cores
+    # with the client's callbacks; a call that queued first would take a server execution (~20 ms).
+    assert result.latency_ms("UNAVAILABLE", 50) < 10, result.summary()
     assert result.latency_ms("UNAVAILABLE", 95) < 100, result.summary()  # a busy 2-core host's tail
     # NGINX's own clock: a refusal never waits for the server (a request in the queue would take ~20 ms).
     at_nginx = sorted(e.seconds for e in logged if e.grpc_status == "14")
