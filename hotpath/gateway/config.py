@@ -49,7 +49,7 @@ class TenantGatewaySettings:
     grpc_upstreams: tuple[str, ...]      # host:port per replica, same order as http_upstreams
     http_upstreams: tuple[str, ...]
     tenants: tuple[Tenant, ...] = field(repr=False)
-    max_in_flight: int = 11              # inference calls per replica (hotpath.gateway.limits.admission_cap)
+    max_in_flight: int = 8               # inference calls per replica (hotpath.gateway.limits.admission_cap)
     max_body_bytes: int = 9 << 20        # hotpath.gateway.limits.max_body_bytes
 
     @property

@@ -17,7 +17,7 @@ class Slo:
     concurrency: int
     input_data: Path
     floor_ratio_goal: float | None = None
-    capacity_per_s: float | None = None   # measured throughput within p95_ms (sizes the gateway's admission cap)
+    capacity_per_s: float | None = None   # measured throughput within p95_ms at `concurrency` (gateway's admission cap)
 
 
 def slo_file() -> Path:
