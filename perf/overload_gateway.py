@@ -4,7 +4,7 @@ perf/reports/overload.md (earlier sections are kept).
 
     .venv/bin/python perf/overload_gateway.py [--duration 20] [--caps 11,8,6] [--allow-busy]
 
-The first cap (default: hotpath.gateway.limits.admission_cap, Little's law over perf/slo.toml) runs at
+The first cap (default: hotpath.gateway.limits.admission_cap, sized from perf/slo.toml) runs at
 1x and 2x; further caps at 2x only, to show the trade between admitted throughput and latency.
 Refuses to start while /tmp/hotpath-measuring exists (another measurement is running).
 """
@@ -106,8 +106,8 @@ def main() -> int:
         f"behind the tenant gateway (NGINX 1.22, `hotpath.gateway`; one tenant whose rate limit never bites); "
         f"`hotpath.perf.open_loop` sends unique texts on a fixed schedule for {args.duration:g} s per row, after a "
         f"3 s warm-up on Triton directly. Capacity {slo.capacity_per_s:g}/s within p95 {slo.p95_ms:g} ms "
-        f"(`perf/slo.toml`); cap = in-flight ModelInfer calls NGINX admits (`limit_conn`; Little's law gives "
-        f"{admission_cap('cpu')}). Client, NGINX and server share the 2 cores. Host: {quiet.summary()}; load "
+        f"(`perf/slo.toml`); cap = in-flight ModelInfer calls NGINX admits (`limit_conn`; sized: "
+        f"{admission_cap('cpu')}, `hotpath.gateway.limits.admission_cap`). Client, NGINX and server share the 2 cores. Host: {quiet.summary()}; load "
         f"average (1/5/15 min) {' / '.join(f'{x:.2f}' for x in load_before)} before, "
         f"{' / '.join(f'{x:.2f}' for x in load_after)} after.",
         "",
