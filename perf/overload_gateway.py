@@ -107,7 +107,8 @@ def main() -> int:
         f"`hotpath.perf.open_loop` sends unique texts on a fixed schedule for {args.duration:g} s per row, after a "
         f"3 s warm-up on Triton directly. Capacity {slo.capacity_per_s:g}/s within p95 {slo.p95_ms:g} ms "
         f"(`perf/slo.toml`); cap = in-flight ModelInfer calls NGINX admits (`limit_conn`; sized: "
-        f"{admission_cap('cpu')}, `hotpath.gateway.limits.admission_cap`). Client, NGINX and server share the 2 cores. Host: {quiet.summary()}; load "
+        f"{admission_cap('cpu')}, `hotpath.gateway.limits.admission_cap`). Client, NGINX and server share the "
+        f"2 cores. Host: {quiet.summary()}; load "
         f"average (1/5/15 min) {' / '.join(f'{x:.2f}' for x in load_before)} before, "
         f"{' / '.join(f'{x:.2f}' for x in load_after)} after.",
         "",
