@@ -18,6 +18,9 @@ class LocalGateway(LocalNginx):
     def http_url(self) -> str:
         return f"127.0.0.1:{self.settings.http_port}"
 
+    def listen_ports(self) -> list[int]:
+        return [self.settings.listen_port, self.settings.http_port]
+
     def log(self) -> list["LogEntry"]:
         return parse_log(self.access_log.read_text()) if self.access_log.exists() else []
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import signal
 import subprocess
 import tempfile
@@ -121,6 +122,14 @@ def parse_access_log(text: str) -> list[Hop]:
     return hops
 
 
+def _accepts(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        return True
+    except OSError:
+        return False
+
+
 class LocalNginx:
     """One NGINX master + worker on loopback, in a scratch prefix; config checked with `nginx -t` first."""
 
@@ -158,12 +167,18 @@ class LocalNginx:
             raise HotpathError(f"nginx rejected its config:\n{check.stderr}\n{text}")
         self.process = subprocess.Popen(self._cmd(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                                         start_new_session=True)
+        # Started = every listen port accepts: NGINX writes its pid file before it listens (seen here:
+        # refused connections right after the pid file appeared, on a busy host).
         t0 = time.monotonic()
-        while not (self.dir / "nginx.pid").exists():
+        while not all(_accepts(port) for port in self.listen_ports()):
             if self.process.poll() is not None or time.monotonic() - t0 > timeout:
                 raise HotpathError(f"nginx did not start: {(self.dir / 'error.log').read_text()[-2000:]}")
-            time.sleep(0.05)
+            time.sleep(0.02)
         return self
+
+    def listen_ports(self) -> list[int]:
+        """The loopback ports the config listens on."""
+        return [self.settings.listen_port]
 
     def stop(self) -> None:
         stop_process(self.process, signal.SIGQUIT, 10)   # SIGQUIT: graceful, finish in-flight requests

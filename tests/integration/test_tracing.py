@@ -34,7 +34,8 @@ def traced(tmp_path_factory):
     with OtlpReceiver(otlp) as receiver:
         cmd = [sys.executable, "-m", "hotpath", "serve", "--repository", str(repository),
                "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
-               "--trace-otlp", receiver.url, "--trace-rate", "1"]
+               "--trace-otlp", receiver.url, "--trace-rate", "1",
+               "--no-watchdog"]  # its liveness probes would be traced too: this test wants one request
         log = tmp_path_factory.mktemp("serve") / "serve.log"
         with open(log, "w") as out:
             serve = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
