@@ -118,6 +118,28 @@ def _write_config(spec: ModelSpec, model_dir: Path, log: Log) -> bool:
     return True
 
 
+WARMUP_DIR = "warmup"   # Triton reads model_warmup input_data_file from <model>/warmup/
+
+
+def _write_warmup_files(spec: ModelSpec, model_dir: Path, log: Log) -> bool:
+    """<model>/warmup/<name> for each hotpath.warmup_files entry: the asset as a serialized one-element
+    BYTES tensor (4-byte length + bytes), the form Triton reads for a TYPE_STRING warmup input."""
+    import numpy as np
+    from tritonclient.utils import serialize_byte_tensor
+
+    wrote = False
+    for name, ref in spec.hotpath.get("warmup_files", {}).items():
+        data = serialize_byte_tensor(np.array([resolve_asset(ref, spec).read_bytes()], dtype=object)).item()
+        path = model_dir / WARMUP_DIR / name
+        if path.exists() and path.read_bytes() == data:
+            continue
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(data)
+        log(f"  wrote {WARMUP_DIR}/{name} from {ref} ({len(data)} bytes)")
+        wrote = True
+    return wrote
+
+
 def build_repository(repository: Path | None = None, only: list[str] | None = None, force: bool = False,
                      log: Log = _print) -> list[StepResult]:
     """Build every model of the specs into `repository`; returns one StepResult per model."""
@@ -155,6 +177,7 @@ def build_repository(repository: Path | None = None, only: list[str] | None = No
             action, metrics = "skipped", {}
         wrote = _write_config(spec, model_dir, log)
         wrote = write_plan_files(spec, model_dir, log) or wrote
+        wrote = _write_warmup_files(spec, model_dir, log) or wrote
         if action == "skipped" and not wrote:
             action = "unchanged"
         elapsed = time.perf_counter() - t0

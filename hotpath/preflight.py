@@ -51,6 +51,11 @@ def check_repository(repository: Path) -> list[str]:
             if required and not (version / required).exists():
                 hint = " (run `make engines`)" if required.endswith((".onnx", ".plan")) else ""
                 problems.append(f"{model_dir.name}: {version.name}/{required} is missing{hint}")
+        for warmup in config.model_warmup:  # Triton fails the model's load on a missing sample file
+            for name, sample in warmup.inputs.items():
+                if sample.input_data_file and not (model_dir / "warmup" / sample.input_data_file).is_file():
+                    problems.append(f"{model_dir.name}: warmup/{sample.input_data_file} (model_warmup "
+                                    f"'{warmup.name}', input {name}) is missing (run `make engines`)")
     for name, config in configs.items():
         for step in config.ensemble_scheduling.step:
             if step.model_name not in configs:

@@ -28,9 +28,11 @@ KINDS = ("onnx", "python", "ensemble")
 
 # hotpath-only settings a spec's [hotpath] table may hold, per kind.
 HOTPATH_KEYS = {
-    "onnx": {"kind", "exporter", "parity_atol", "parity_min_cosine", "max_length", "opset", "tensorrt"},
+    "onnx": {"kind", "exporter", "parity_atol", "parity_min_cosine", "max_length", "opset", "tensorrt",
+             "warmup_files"},
     # A Python model may also own exported files (written to <version>/export/ by its exporter).
-    "python": {"kind", "python_backend", "assets", "exporter", "parity_atol", "opset"},
+    # warmup_files: {file name: asset ref}, written to <model>/warmup/ for model_warmup input_data_file.
+    "python": {"kind", "python_backend", "assets", "exporter", "parity_atol", "opset", "warmup_files"},
     "ensemble": {"kind"},
 }
 

@@ -59,6 +59,8 @@ def stage_repository(repository: Path, target: Path, ort_threads: int | None = N
                 for f in version.iterdir():
                     (dest / version.name / f.name).symlink_to(f.resolve())
                 shutil.copyfile(runner, dest / version.name / "model.py")
+            if (model_dir / "warmup").is_dir():  # model_warmup input_data_file samples
+                (dest / "warmup").symlink_to((model_dir / "warmup").resolve(), target_is_directory=True)
             threads = substitute.parameters["intra_op_thread_count"].string_value
             log(f"[serve] {model_dir.name}: backend onnxruntime -> python ORT runner in the staged copy "
                 f"(this tritonserver has no onnxruntime backend; intra_op_threads={threads or 'ORT default'}, "

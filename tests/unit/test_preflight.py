@@ -27,3 +27,16 @@ def test_broken_config_and_missing_ensemble_step(tmp_path):
     problems = check_repository(repo)
     assert any(p.startswith("tokenizer: config.pbtxt does not parse") for p in problems)
     assert "text_embedding_exact: ensemble step model 'tokenizer' is not in the repository" in problems
+
+
+def test_missing_warmup_sample_is_named(tmp_path):
+    """Triton fails a model's load when its model_warmup input_data_file is missing: say so before."""
+    repo = tmp_path / "repo"
+    (repo / "image_preprocess" / "1").mkdir(parents=True)
+    shutil.copy(paths.model_repository() / "image_preprocess" / "config.pbtxt", repo / "image_preprocess")
+    (repo / "image_preprocess" / "1" / "model.py").write_text("")
+    (problem,) = check_repository(repo)
+    assert problem.startswith("image_preprocess: warmup/rocket_jpg (model_warmup 'one_jpeg', input IMAGE) is missing")
+    (repo / "image_preprocess" / "warmup").mkdir()
+    (repo / "image_preprocess" / "warmup" / "rocket_jpg").write_bytes(b"\0\0\0\0")
+    assert check_repository(repo) == []

@@ -65,6 +65,9 @@ BAD_SPECS = [
      "model_warmup[0].inputs.input_ids.data_type"),
     ("warmup missing input", lambda d: d["model_warmup"][0]["inputs"].pop("token_type_ids"),
      "model_warmup[0].inputs"),
+    ("warmup file not declared", lambda d: d["model_warmup"][0]["inputs"].update(input_ids={
+        k: v for k, v in d["model_warmup"][0]["inputs"]["input_ids"].items() if k in ("data_type", "dims")}
+        | {"input_data_file": "ids.bin"}), "model_warmup[0].inputs.input_ids.input_data_file"),
     ("no backend", lambda d: d.pop("backend"), "backend"),
     ("unknown kind", lambda d: d["hotpath"].update(kind="tensorflow"), "hotpath.kind"),
     ("unknown hotpath key", lambda d: d["hotpath"].update(exportr="minilm"), "hotpath.exportr"),
@@ -108,3 +111,21 @@ def test_invalid_ensemble_wiring_is_caught(mutate, field):
         validate_all(_ensemble_with(mutate))
     assert info.value.model == "text_embedding_exact"
     assert info.value.field.startswith(field), str(info.value)
+
+
+def test_warmup_files_are_written_as_serialized_bytes_tensors(tmp_path):
+    """image_preprocess warms up on a real JPEG: <model>/warmup/<name> holds it as Triton's BYTES tensor."""
+    import numpy as np
+    from tritonclient.utils import deserialize_bytes_tensor
+
+    from hotpath.engines import WARMUP_DIR, _write_warmup_files, resolve_asset
+
+    (spec,) = [s for s in SPECS if s.name == "image_preprocess"]
+    files = spec.hotpath["warmup_files"]
+    assert {i.input_data_file for w in spec.config.model_warmup for i in w.inputs.values()} <= set(files)
+    assert _write_warmup_files(spec, tmp_path, lambda m: None)
+    for name, ref in files.items():
+        (item,) = deserialize_bytes_tensor((tmp_path / WARMUP_DIR / name).read_bytes())
+        assert item == resolve_asset(ref, spec).read_bytes()
+    assert not _write_warmup_files(spec, tmp_path, lambda m: None), "unchanged files are not rewritten"
+    np.testing.assert_equal(len(list((tmp_path / WARMUP_DIR).iterdir())), len(files))
