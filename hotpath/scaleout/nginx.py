@@ -16,6 +16,7 @@ import crossplane
 
 from hotpath.errors import HotpathError
 from hotpath.processes import stop_process
+from hotpath.server.ports import port_is_free
 
 # Stateless inference and read-only calls may run twice: retry them on another replica even when
 # the request already reached one (NGINX never retries a POST, which every gRPC call is, without
@@ -157,6 +158,15 @@ class LocalNginx:
         return [exe, "-p", str(self.dir), "-c", str(self.dir / "nginx.conf"), "-e", str(self.dir / "error.log"), *extra]
 
     def start(self, timeout: float = 10.0) -> "LocalNginx":
+        """Check the config, start NGINX, wait until it serves; on any failure stop it and remove the
+        scratch dir (it may hold secrets, e.g. the tenant gateway's token map) before raising."""
+        try:
+            return self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout: float) -> "LocalNginx":
         for kind in TEMP_KINDS:
             (self.dir / "tmp" / kind).mkdir(parents=True, exist_ok=True)
         self.dir.chmod(0o755)   # workers run as an unprivileged user when the master is root
@@ -165,16 +175,33 @@ class LocalNginx:
         check = subprocess.run(self._cmd("-t", "-q"), capture_output=True, text=True)
         if check.returncode != 0:
             raise HotpathError(f"nginx rejected its config:\n{check.stderr}\n{text}")
+        busy = [port for port in self.listen_ports() if not port_is_free(port)]
+        if busy:
+            raise HotpathError(f"nginx cannot listen on 127.0.0.1 port(s) {busy}: already in use")
         self.process = subprocess.Popen(self._cmd(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                                         start_new_session=True)
-        # Started = every listen port accepts: NGINX writes its pid file before it listens (seen here:
-        # refused connections right after the pid file appeared, on a busy host).
+        # Started = its pid file names it and every listen port accepts. NGINX writes the pid file only
+        # once it has bound every port (after a failed bind it retries for 2.5 s, then exits without
+        # one), so a port accepting on behalf of another process is not taken for NGINX. The ports
+        # are checked too: refused connections were seen right after the pid file appeared, on a busy host.
         t0 = time.monotonic()
-        while not all(_accepts(port) for port in self.listen_ports()):
+        while not (self._pid_file_is_ours() and all(_accepts(port) for port in self.listen_ports())):
             if self.process.poll() is not None or time.monotonic() - t0 > timeout:
-                raise HotpathError(f"nginx did not start: {(self.dir / 'error.log').read_text()[-2000:]}")
+                raise HotpathError(f"nginx did not start: {self._error_log()}")
             time.sleep(0.02)
+        if self.process.poll() is not None:
+            raise HotpathError(f"nginx exited right after starting: {self._error_log()}")
         return self
+
+    def _pid_file_is_ours(self) -> bool:
+        try:
+            return (self.dir / "nginx.pid").read_text().strip() == str(self.process.pid)
+        except OSError:
+            return False
+
+    def _error_log(self) -> str:
+        path = self.dir / "error.log"
+        return path.read_text()[-2000:] if path.exists() else "(no error log)"
 
     def listen_ports(self) -> list[int]:
         """The loopback ports the config listens on."""

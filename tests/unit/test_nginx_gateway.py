@@ -1,12 +1,16 @@
 """The NGINX gateway config for local replicas: built with crossplane, parsed back, accepted by nginx -t."""
 
 import shutil
+import socket
 import subprocess
 
 import crossplane
 import pytest
 
-from hotpath.scaleout.nginx import GatewaySettings, config, parse_access_log, render
+from hotpath.errors import HotpathError
+from hotpath.scaleout import nginx as nginx_module
+from hotpath.scaleout.nginx import GatewaySettings, LocalNginx, config, parse_access_log, render
+from hotpath.server.ports import free_ports
 
 UPSTREAMS = ("127.0.0.1:9001", "127.0.0.1:9011", "127.0.0.1:9021")
 
@@ -69,3 +73,43 @@ def test_access_log_lines_with_retries():
     first, retried = parse_access_log(log)
     assert first.served_by == "127.0.0.1:9001" and first.grpc_status == "0"
     assert retried.upstreams == ("127.0.0.1:9001", "127.0.0.1:9011") and retried.served_by == "127.0.0.1:9011"
+
+
+class _BrokenNginx(LocalNginx):
+    def directives(self):
+        return [*super().directives(), {"directive": "no_such_directive", "args": []}]
+
+
+def _listening(port):
+    s = socket.socket()
+    s.bind(("127.0.0.1", port))
+    s.listen()
+    return s
+
+
+def test_a_rejected_config_leaves_no_scratch_dir():
+    gateway = _BrokenNginx(GatewaySettings(free_ports(1)[0], UPSTREAMS))
+    with pytest.raises(HotpathError, match="nginx rejected its config"):
+        with gateway:
+            pass
+    assert gateway.process is None and not gateway.dir.exists()
+
+
+def test_a_busy_listen_port_is_named_and_leaves_nothing_behind():
+    port = free_ports(1)[0]
+    with _listening(port):
+        gateway = LocalNginx(GatewaySettings(port, UPSTREAMS))
+        with pytest.raises(HotpathError, match=f"port\\(s\\) \\[{port}\\]: already in use"):
+            gateway.start()
+    assert gateway.process is None and not gateway.dir.exists()
+
+
+def test_another_process_accepting_on_the_port_is_not_taken_for_nginx(monkeypatch):
+    """The port taken between the check and NGINX's bind: it never writes its pid file and exits."""
+    monkeypatch.setattr(nginx_module, "port_is_free", lambda port: True)
+    port = free_ports(1)[0]
+    with _listening(port):
+        gateway = LocalNginx(GatewaySettings(port, UPSTREAMS))
+        with pytest.raises(HotpathError, match="nginx did not start.*Address already in use"):
+            gateway.start()
+    assert gateway.process.poll() is not None and not gateway.dir.exists()

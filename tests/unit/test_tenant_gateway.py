@@ -4,6 +4,7 @@
 import json
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -195,6 +196,16 @@ def test_local_gateway_writes_the_token_map_private(tmp_path):
     finally:
         shutil.rmtree(gateway.dir)
 
+
+
+def test_a_gateway_that_cannot_start_removes_its_token_map():
+    grpc_port, http_port = free_ports(2)
+    settings = TenantGatewaySettings(grpc_port, http_port, ("127.0.0.1:9001",), ("127.0.0.1:9000",), TENANTS)
+    gateway = LocalGateway(settings)
+    with socket.create_server(("127.0.0.1", http_port)), pytest.raises(HotpathError, match="already in use"):
+        with gateway:
+            pass
+    assert gateway.process is None and not gateway.dir.exists(), "the token map outlived a failed start"
 
 def test_access_log_lines():
     log = ("1796020000.1|/inference.GRPCInferenceService/ModelInfer|204|-|-|-|0.000||16\n"
