@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hotpath.gateway.tenants import Tenant
+from hotpath.scaleout import nginx
 from hotpath.scaleout.nginx import d, grpc_error, main_context
 
 # Refusal messages: the client sees them as the gRPC status message or the HTTP error text.
@@ -35,8 +36,7 @@ UNREACHABLE = "gateway: no server could complete the call"
 TENANT = "$hotpath_tenant"   # the tenant of the call's token, "" when there is none
 # The gateway's own gRPC answers carry their status in a header ($sent_http_grpc_status), the server's
 # in a trailer.
-LOG_FORMAT = ("$msec|$request_uri|$status|$upstream_addr|$upstream_status|$upstream_trailer_grpc_status|"
-              f"$request_time|{TENANT}|$sent_http_grpc_status")
+LOG_FIELDS = (*nginx.LOG_FIELDS[:-1], TENANT.removeprefix("$"), "sent_http_grpc_status", nginx.LOG_FIELDS[-1])
 GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
 HTTP_INFER = r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$"
 TOKEN_MAP = "tenants.map"   # next to nginx.conf, mode 0600: the only file that holds tokens
@@ -143,4 +143,4 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
             _http_error("@overloaded", 503, overloaded),
             _http_error("@unreachable", 502, UNREACHABLE),
         ]),
-    ], LOG_FORMAT)
+    ], LOG_FIELDS)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from hotpath.gateway.config import TOKEN_MAP, TenantGatewaySettings, config, token_map
-from hotpath.scaleout.nginx import LocalNginx, render
+from hotpath.gateway.config import LOG_FIELDS, TENANT, TOKEN_MAP, TenantGatewaySettings, config, token_map
+from hotpath.scaleout.nginx import LocalNginx, parse_log_fields, render
 
 
 class LocalGateway(LocalNginx):
@@ -33,7 +33,7 @@ class LocalGateway(LocalNginx):
 
 @dataclass(frozen=True)
 class LogEntry:
-    """One access-log line (config.LOG_FORMAT): which tenant called what, who answered, with which status."""
+    """One access-log line (config.LOG_FIELDS): which tenant called what, who answered, with which status."""
 
     uri: str
     status: int
@@ -45,12 +45,11 @@ class LogEntry:
 
 def parse_log(text: str) -> list[LogEntry]:
     entries = []
-    for line in text.splitlines():
-        fields = line.split("|")
-        if len(fields) != 9:
-            continue
-        _, uri, status, upstream, _, trailer, seconds, tenant, header = fields
+    for r in parse_log_fields(text, LOG_FIELDS):
+        trailer, header = r["upstream_trailer_grpc_status"], r["sent_http_grpc_status"]
         grpc_status = trailer if trailer != "-" else header
-        entries.append(LogEntry(uri, int(status), "" if upstream == "-" else upstream,
-                                "" if grpc_status == "-" else grpc_status, tenant, float(seconds)))
+        upstream = r["upstream_addr"]
+        entries.append(LogEntry(r["request_uri"], int(r["status"]), "" if upstream == "-" else upstream,
+                                "" if grpc_status == "-" else grpc_status, r[TENANT.removeprefix("$")],
+                                float(r["request_time"])))
     return entries

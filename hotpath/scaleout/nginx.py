@@ -25,7 +25,27 @@ IDEMPOTENT = ("ModelInfer", "ModelReady", "ServerReady", "ServerLive", "ModelMet
               "ServerMetadata", "ModelStatistics")
 GATEWAY_MESSAGE = "no replica could complete the call"   # grpc-message of the gateway's own errors
 TEMP_KINDS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-LOG_FORMAT = "$msec|$request_uri|$status|$upstream_addr|$upstream_status|$upstream_trailer_grpc_status|$request_time"
+# Access-log fields (NGINX variables), `|`-separated. The URI comes last: it is the only field a client
+# writes, and may itself hold `|`.
+LOG_FIELDS = ("msec", "status", "upstream_addr", "upstream_status", "upstream_trailer_grpc_status", "request_time",
+              "request_uri")
+
+
+def log_format(fields: tuple[str, ...] = LOG_FIELDS) -> str:
+    """The log_format string of `fields` (request_uri last)."""
+    if fields[-1] != "request_uri":
+        raise ValueError("request_uri must be the last access-log field")
+    return "|".join(f"${name}" for name in fields)
+
+
+def parse_log_fields(text: str, fields: tuple[str, ...] = LOG_FIELDS) -> list[dict[str, str]]:
+    """Access-log lines written with log_format(fields), as {field: value}; other lines are skipped."""
+    rows = []
+    for line in text.splitlines():
+        values = line.split("|", len(fields) - 1)
+        if len(values) == len(fields):
+            rows.append(dict(zip(fields, values)))
+    return rows
 
 
 def d(directive: str, *args, block: list | None = None) -> dict:
@@ -43,7 +63,7 @@ class GatewaySettings:
     fail_timeout_s: int = 10            # a failed replica is skipped this long before it is tried again
 
 
-def main_context(workdir: Path, http: list[dict], log_format: str = LOG_FORMAT) -> list[dict]:
+def main_context(workdir: Path, http: list[dict], fields: tuple[str, ...] = LOG_FIELDS) -> list[dict]:
     """nginx.conf around an `http` block's own directives: one worker, files in `workdir`, an access log."""
     temp = [d(f"{kind}_temp_path", workdir / "tmp" / kind) for kind in TEMP_KINDS]
     return [
@@ -52,8 +72,8 @@ def main_context(workdir: Path, http: list[dict], log_format: str = LOG_FORMAT) 
         d("pid", workdir / "nginx.pid"),
         d("error_log", workdir / "error.log", "warn"),
         d("events", block=[d("worker_connections", 1024)]),
-        d("http", block=[d("log_format", "hotpath", log_format), d("access_log", workdir / "access.log", "hotpath"),
-                          *temp, *http]),
+        d("http", block=[d("log_format", "hotpath", log_format(fields)),
+                          d("access_log", workdir / "access.log", "hotpath"), *temp, *http]),
     ]
 
 
@@ -111,16 +131,11 @@ class Hop:
 
 
 def parse_access_log(text: str) -> list[Hop]:
-    """Access log lines (LOG_FORMAT) as hops; tried upstreams come as "a, b" in one field."""
-    hops = []
-    for line in text.splitlines():
-        fields = line.split("|")
-        if len(fields) != 7:
-            continue
-        msec, uri, status, addrs, _, grpc_status, _ = fields
-        hops.append(Hop(float(msec), uri, int(status), tuple(a for a in addrs.split(", ") if a not in ("", "-")),
-                        grpc_status))
-    return hops
+    """Access log lines (LOG_FIELDS) as hops; tried upstreams come as "a, b" in one field."""
+    return [Hop(float(r["msec"]), r["request_uri"], int(r["status"]),
+                tuple(a for a in r["upstream_addr"].split(", ") if a not in ("", "-")),
+                r["upstream_trailer_grpc_status"])
+            for r in parse_log_fields(text)]
 
 
 def _accepts(port: int) -> bool:

@@ -9,7 +9,8 @@ import pytest
 
 from hotpath.errors import HotpathError
 from hotpath.scaleout import nginx as nginx_module
-from hotpath.scaleout.nginx import GatewaySettings, LocalNginx, config, parse_access_log, render
+from hotpath.scaleout.nginx import (LOG_FIELDS, GatewaySettings, LocalNginx, config, log_format,
+                                    parse_access_log, render)
 from hotpath.server.ports import free_ports
 
 UPSTREAMS = ("127.0.0.1:9001", "127.0.0.1:9011", "127.0.0.1:9021")
@@ -67,13 +68,21 @@ def test_nginx_rejects_a_broken_config(tmp_path):
 
 
 def test_access_log_lines_with_retries():
-    log = ("1796020000.100|/inference.GRPCInferenceService/ModelInfer|200|127.0.0.1:9001|200|0|0.012\n"
-           "1796020000.200|/inference.GRPCInferenceService/ModelInfer|200|127.0.0.1:9001, 127.0.0.1:9011|502, 200|0|0.020\n"
+    log = ("1796020000.100|200|127.0.0.1:9001|200|0|0.012|/inference.GRPCInferenceService/ModelInfer\n"
+           "1796020000.200|200|127.0.0.1:9001, 127.0.0.1:9011|502, 200|0|0.020|"
+           "/inference.GRPCInferenceService/ModelInfer\n"
+           "1796020000.300|404|127.0.0.1:9001|404|-|0.001|/v2/models/a|b/c|d\n"
            "garbage line\n")
-    first, retried = parse_access_log(log)
+    first, retried, piped = parse_access_log(log)
     assert first.served_by == "127.0.0.1:9001" and first.grpc_status == "0"
     assert retried.upstreams == ("127.0.0.1:9001", "127.0.0.1:9011") and retried.served_by == "127.0.0.1:9011"
+    assert (piped.uri, piped.status, piped.at) == ("/v2/models/a|b/c|d", 404, 1796020000.3), "a `|` in the URI"
 
+
+def test_the_log_format_puts_the_uri_last():
+    assert log_format().endswith("|$request_uri") and log_format().count("|") == len(LOG_FIELDS) - 1
+    with pytest.raises(ValueError, match="last"):
+        log_format(("request_uri", "status"))
 
 class _BrokenNginx(LocalNginx):
     def directives(self):

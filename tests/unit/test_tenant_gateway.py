@@ -208,14 +208,15 @@ def test_a_gateway_that_cannot_start_removes_its_token_map():
     assert gateway.process is None and not gateway.dir.exists(), "the token map outlived a failed start"
 
 def test_access_log_lines():
-    log = ("1796020000.1|/inference.GRPCInferenceService/ModelInfer|204|-|-|-|0.000||16\n"
-           "1796020000.2|/inference.GRPCInferenceService/ModelInfer|200|127.0.0.1:9001|200|0|0.012|alpha|-\n"
-           "1796020000.3|/v2/models/m/infer|429|-|-|-|0.000|beta|-\nnot a log line\n")
-    refused, served, limited = parse_log(log)
+    log = ("1796020000.1|204|-|-|-|0.000||16|/inference.GRPCInferenceService/ModelInfer\n"
+           "1796020000.2|200|127.0.0.1:9001|200|0|0.012|alpha|-|/inference.GRPCInferenceService/ModelInfer\n"
+           "1796020000.3|429|-|-|-|0.000|beta|-|/v2/models/m/infer\n"
+           "1796020000.4|401|-|-|-|0.000||-|/v2/models/a|b/infer?x=|\nnot a log line\n")
+    refused, served, limited, piped = parse_log(log)
     assert (refused.upstream, refused.grpc_status, refused.tenant) == ("", "16", "")
     assert (served.upstream, served.grpc_status, served.tenant, served.seconds) == ("127.0.0.1:9001", "0", "alpha", 0.012)
     assert (limited.status, limited.grpc_status) == (429, "")
-
+    assert (piped.uri, piped.status, piped.tenant) == ("/v2/models/a|b/infer?x=|", 401, ""), "a `|` in the URI"
 
 @pytest.mark.parametrize("status,kind", [("StatusCode.UNAUTHENTICATED", UnauthenticatedError),
                                          ("401", UnauthenticatedError), ("413", InvalidInputError),
