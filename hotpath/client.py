@@ -78,8 +78,9 @@ _BY_STATUS = {"INVALID_ARGUMENT": InvalidInputError, "UNAVAILABLE": ServerUnavai
               # hotpath's calls never cancel themselves: a CANCELLED one was dropped by a server closing
               # its port mid-call (seen once in test_lifecycle's SIGTERM run), so it may be sent again.
               "CANCELLED": ServerUnavailableError,
-              # HTTP statuses, as tritonclient.http reports them
-              "400": InvalidInputError, "503": ServerUnavailableError, "504": RequestTimeoutError,
+              # HTTP statuses, as tritonclient.http reports them; 502: the gateway reached no server
+              "400": InvalidInputError, "502": ServerUnavailableError, "503": ServerUnavailableError,
+              "504": RequestTimeoutError,
               "401": UnauthenticatedError, "413": InvalidInputError, "429": ServerUnavailableError}
 
 

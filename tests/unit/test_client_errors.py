@@ -13,6 +13,7 @@ from hotpath.server.ports import free_ports
 @pytest.mark.parametrize("status,kind", [
     ("StatusCode.INVALID_ARGUMENT", InvalidInputError), ("400", InvalidInputError),
     ("StatusCode.UNAVAILABLE", ServerUnavailableError), ("503", ServerUnavailableError),
+    ("502", ServerUnavailableError),   # the gateway's HTTP answer when no server could complete the call
     ("StatusCode.DEADLINE_EXCEEDED", RequestTimeoutError),
     ("StatusCode.INTERNAL", ServerFaultError), ("500", ServerFaultError), ("StatusCode.NOT_FOUND", ServerFaultError),
     (None, ClientError),
