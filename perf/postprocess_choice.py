@@ -12,7 +12,6 @@ Triton's classification extension is not a candidate: clients request it per cal
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ from hotpath import paths
 from hotpath.config import to_pbtxt
 from hotpath.exporters.image_classifier import parity_batch
 from hotpath.runtime.ort_session import make_session
-from hotpath.perf.analyzer import perf_analyzer_binary, perf_analyzer_env
+from hotpath.perf.analyzer import perf_analyzer_binary, run_perf_analyzer
 from hotpath.server.admin import perf_analyzer_flags
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
@@ -66,9 +65,9 @@ def python_step_cost() -> str:
     (repo / "topk_post" / "config.pbtxt").write_text(to_pbtxt(config))
     http, grpc, metrics = free_ports(3)
     with LocalTriton(repo, ServerPorts(http, grpc, metrics)) as server:
-        out = subprocess.run([str(perf_analyzer_binary()), "-m", "topk_post", "-u", server.grpc_url, "-i", "grpc",
-                              "--concurrency-range", "1", "--percentile=95", "-s", "25",
-                              "--measurement-interval", "4000", *perf_analyzer_flags()], env=perf_analyzer_env(), capture_output=True, text=True, check=True)
+        out = run_perf_analyzer([str(perf_analyzer_binary()), "-m", "topk_post", "-u", server.grpc_url, "-i", "grpc",
+                                 "--concurrency-range", "1", "--percentile=95", "-s", "25",
+                                 "--measurement-interval", "4000", *perf_analyzer_flags()], check=True)
     return "\n".join(line for line in out.stdout.splitlines()
                      if any(k in line for k in ("p50 latency", "p95 latency", "Avg request latency")))
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from hotpath.errors import HotpathError
-from hotpath.server.admin import perf_analyzer_flags
+from hotpath.server.admin import perf_analyzer_flags, redacted
 
 
 @dataclass
@@ -52,6 +52,20 @@ def perf_analyzer_env() -> dict[str, str]:
     env = dict(os.environ)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(lib), env.get("LD_LIBRARY_PATH", "")) if p)
     return env
+
+
+def run_perf_analyzer(cmd: list[str], timeout_s: float | None = None,
+                      check: bool = False) -> subprocess.CompletedProcess:
+    """perf_analyzer `cmd` with its output captured. A timeout (or with `check`, a failure) raises
+    HotpathError naming the command with the admin key hidden: subprocess's own errors print it whole."""
+    try:
+        return subprocess.run(cmd, env=perf_analyzer_env(), capture_output=True, text=True, timeout=timeout_s,
+                              check=check)
+    except subprocess.TimeoutExpired:
+        raise HotpathError(f"perf_analyzer ran past {timeout_s} s: {redacted(cmd)}") from None
+    except subprocess.CalledProcessError as exc:
+        tail = "\n".join((exc.stdout + exc.stderr).strip().splitlines()[-8:])
+        raise HotpathError(f"perf_analyzer exited with {exc.returncode}: {redacted(cmd)}\n{tail}") from None
 
 
 def parse_csv(text: str, model: str, load_kind: str) -> list[PerfPoint]:
@@ -119,7 +133,7 @@ def _run_once(model, url, load_kind, load, input_data, protocol, measurement, ex
                # It reads the statistics API, restricted on hotpath's servers (harmless elsewhere).
                *perf_analyzer_flags(protocol),
                *(["--input-data", str(input_data)] if input_data else []), *(extra or [])]
-        proc = subprocess.run(cmd, env=perf_analyzer_env(), capture_output=True, text=True, timeout=timeout_s)
+        proc = run_perf_analyzer(cmd, timeout_s)
         if proc.returncode != 0 or not out.exists():
             tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-8:])
             if "stable measurement" in tail:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shlex
 import tempfile
 from pathlib import Path
 
@@ -68,6 +69,12 @@ def perf_analyzer_flags(protocol: str = "grpc") -> list[str]:
     """perf_analyzer reads the statistics API: `-H name:value` (perf_analyzer 2.50 sends it over gRPC too)."""
     (name, value), = admin_headers(protocol).items()
     return ["-H", f"{name}:{value}"]
+
+
+def redacted(cmd: list[str]) -> str:
+    """`cmd` as one shell line with the admin key of any `-H name:key` flag (perf_analyzer_flags) hidden."""
+    prefixes = (f"{GRPC_HEADER}:", f"{HEADER}:")
+    return shlex.join(a.split(":", 1)[0] + ":REDACTED" if a.startswith(prefixes) else a for a in cmd)
 
 
 def restricted_api_flags(key: str | None = None) -> list[str]:

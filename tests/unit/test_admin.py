@@ -2,7 +2,9 @@
 
 import re
 import stat
+import sys
 import threading
+import traceback
 
 import pytest
 
@@ -85,3 +87,20 @@ def test_the_container_entrypoint_restricts_the_same_apis():
     flags = re.findall(r'--(http-restricted-api|grpc-restricted-protocol)="([^"]+)"', script)
     assert sorted(f for f, _ in flags) == ["grpc-restricted-protocol", "http-restricted-api"]
     assert {v for _, v in flags} == {f"${{RESTRICTED_APIS}}:{admin.HEADER}=${{ADMIN_KEY}}"}
+
+
+def test_perf_analyzer_failures_name_the_command_without_the_admin_key(monkeypatch):
+    """subprocess's TimeoutExpired and CalledProcessError print the whole command, `-H name:key` included."""
+    from hotpath.perf.analyzer import run_perf_analyzer
+
+    monkeypatch.setenv(admin.ENV, "s3cret-k3y")
+    flags = admin.perf_analyzer_flags()
+    assert admin.redacted(["pa", "-m", "m", *flags]) == "pa -m m -H triton-grpc-protocol-admin-key:REDACTED"
+    slow = [sys.executable, "-c", "import time; time.sleep(30)", *flags]   # a real child, its extra args ignored
+    failing = [sys.executable, "-c", "raise SystemExit(3)", *admin.perf_analyzer_flags("http")]
+    for cmd, kwargs, expected in ((slow, {"timeout_s": 0.5}, "ran past 0.5 s"),
+                                  (failing, {"check": True}, "exited with 3")):
+        with pytest.raises(HotpathError, match=expected) as err:
+            run_perf_analyzer(cmd, **kwargs)
+        text = "".join(traceback.format_exception(err.value))
+        assert "s3cret-k3y" not in text and "admin-key:REDACTED" in text, text
