@@ -12,10 +12,25 @@ PYTHON=${PYTHON:-python3}
 # $HOTPATH_ADMIN_KEY, else the file $HOTPATH_ADMIN_KEY_FILE (a mounted secret), else a random key that
 # nobody knows (the APIs stay shut). Same list as hotpath.server.admin.RESTRICTED (a unit test checks).
 RESTRICTED_APIS="model-repository,shared-memory,logging,trace,statistics"
-if [ -z "${HOTPATH_ADMIN_KEY:-}" ] && [ -n "${HOTPATH_ADMIN_KEY_FILE:-}" ]; then
-  HOTPATH_ADMIN_KEY=$(tr -d ' \n' < "$HOTPATH_ADMIN_KEY_FILE")
+# A given key: surrounding whitespace dropped (a secret file's newline, CRLF), then the characters
+# tritonserver's flag can hold (no ',', ':', '=', spaces): hotpath.server.admin.KEY_PATTERN.
+ADMIN_KEY_PATTERN='^[A-Za-z0-9._~+/-]+$'
+trim() { local s=$1; s=${s#"${s%%[![:space:]]*}"}; printf '%s' "${s%"${s##*[![:space:]]}"}"; }
+ADMIN_KEY=$(trim "${HOTPATH_ADMIN_KEY:-}")
+key_source="\$HOTPATH_ADMIN_KEY"
+if [ -z "$ADMIN_KEY" ] && [ -n "${HOTPATH_ADMIN_KEY_FILE:-}" ]; then
+  key_source=$HOTPATH_ADMIN_KEY_FILE
+  if [ ! -f "$HOTPATH_ADMIN_KEY_FILE" ] || [ ! -r "$HOTPATH_ADMIN_KEY_FILE" ]; then
+    echo "error: HOTPATH_ADMIN_KEY_FILE=$HOTPATH_ADMIN_KEY_FILE: no readable file" >&2
+    exit 2
+  fi
+  ADMIN_KEY=$(trim "$(< "$HOTPATH_ADMIN_KEY_FILE")")
 fi
-ADMIN_KEY=${HOTPATH_ADMIN_KEY:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
+if { [ -n "$ADMIN_KEY" ] || [ -n "${HOTPATH_ADMIN_KEY_FILE:-}" ]; } && ! [[ $ADMIN_KEY =~ $ADMIN_KEY_PATTERN ]]; then
+  echo "error: admin key from $key_source is empty or has characters other than letters, digits and ._~+/-" >&2
+  exit 2
+fi
+ADMIN_KEY=${ADMIN_KEY:-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')}
 
 mkdir -p "$CACHE_DIR"
 args_file="$CACHE_DIR/tritonserver.args"

@@ -24,37 +24,47 @@ GRPC_HEADER = f"triton-grpc-protocol-{HEADER}"
 ENV = "HOTPATH_ADMIN_KEY"
 FILE_ENV = "HOTPATH_ADMIN_KEY_FILE"
 RESTRICTED = ("model-repository", "shared-memory", "logging", "trace", "statistics")
-
-
-def _key_file() -> Path:
-    return Path(os.environ.get(FILE_ENV, paths.work_dir() / "admin-key"))
+# tritonserver splits its restricted-API flag at ',', ':' and '='; a header value holds no spaces.
+# docker/entrypoint.sh checks the same (a unit test compares them).
+KEY_PATTERN = r"[A-Za-z0-9._~+/-]+"
 
 
 def admin_key() -> str:
-    """The key: $HOTPATH_ADMIN_KEY, else the file $HOTPATH_ADMIN_KEY_FILE (default .hotpath/admin-key),
-    created with a random key (mode 0600) on first use so that a local server is never left open."""
+    """The key: $HOTPATH_ADMIN_KEY, else the file $HOTPATH_ADMIN_KEY_FILE (it must exist), else
+    .hotpath/admin-key, created with a random key (mode 0600) on first use so that a local server is
+    never left open."""
     if os.environ.get(ENV, "").strip():
         return _checked(os.environ[ENV].strip(), f"${ENV}")
-    path = _key_file()
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # Written aside, then linked into place: concurrent first uses (a server and a tool) agree on
-        # one key and never read a half-written file.
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".admin-key-")  # mode 0600
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_hex(16) + "\n")
-            os.link(tmp, path)
-        except FileExistsError:
-            pass
-        finally:
-            os.unlink(tmp)
+    if os.environ.get(FILE_ENV):
+        # Named on purpose (a mounted secret): a key made up here would lock out whoever holds the real one.
+        path = Path(os.environ[FILE_ENV])
+        if not path.is_file():
+            raise HotpathError(f"${FILE_ENV}={path}: no such file; put the admin key there, or unset "
+                               f"${FILE_ENV} to use a generated one")
+    else:
+        path = paths.work_dir() / "admin-key"
+        if not path.exists():
+            _generate(path)
     return _checked(path.read_text().strip(), str(path))
 
 
+def _generate(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # Written aside, then linked into place: concurrent first uses (a server and a tool) agree on
+    # one key and never read a half-written file.
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".admin-key-")  # mode 0600
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(16) + "\n")
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+
+
 def _checked(key: str, source: str) -> str:
-    # tritonserver splits its restricted-API flag at ',', ':' and '='; a header value holds no spaces.
-    if not re.fullmatch(r"[A-Za-z0-9._~+/-]+", key):
+    if not re.fullmatch(KEY_PATTERN, key):
         raise HotpathError(f"admin key from {source} is empty or has characters other than letters, digits "
                            "and ._~+/-")
     return key

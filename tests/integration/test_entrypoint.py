@@ -101,7 +101,7 @@ def test_entrypoint_serves_the_fallback_without_gpu_and_restricts_admin_apis(ser
 
 def test_entrypoint_reads_the_admin_key_from_a_file(tmp_path):
     key_file = tmp_path / "admin-key"
-    key_file.write_text("from-a-secret\n")
+    key_file.write_text(" from-a-secret\r\n")   # surrounding whitespace (CRLF) is not part of the key
     ports = free_ports(3)
     proc = _start(planrepo.make_repository(tmp_path), tmp_path / "cache", ports,
                   {"HOTPATH_ADMIN_KEY": "", "HOTPATH_ADMIN_KEY_FILE": str(key_file)})

@@ -1,7 +1,9 @@
 """hotpath.server.admin: where the admin key comes from, the headers tools send, the server flags."""
 
+import os
 import re
 import stat
+import subprocess
 import sys
 import threading
 import traceback
@@ -15,10 +17,11 @@ from hotpath.server import admin
 
 @pytest.fixture
 def key_file(tmp_path, monkeypatch):
+    """The default key file, in a scratch work dir."""
     monkeypatch.delenv(admin.ENV, raising=False)
-    path = tmp_path / "keys" / "admin-key"
-    monkeypatch.setenv(admin.FILE_ENV, str(path))
-    return path
+    monkeypatch.delenv(admin.FILE_ENV, raising=False)
+    monkeypatch.setenv("HOTPATH_WORK_DIR", str(tmp_path / "keys"))
+    return tmp_path / "keys" / "admin-key"
 
 
 def test_a_key_is_generated_once_private_and_reused(key_file):
@@ -55,12 +58,54 @@ def test_the_default_file_lives_in_the_work_dir(tmp_path, monkeypatch):
     assert (paths.work_dir() / "admin-key").read_text().strip() == key
 
 
-@pytest.mark.parametrize("bad", ["", "two words", "a,b", "k:v", "x=y"])
+def test_a_named_key_file_must_exist(tmp_path, monkeypatch):
+    """$HOTPATH_ADMIN_KEY_FILE names a secret: a key made up there would differ from the server's."""
+    monkeypatch.delenv(admin.ENV, raising=False)
+    named = tmp_path / "secrets" / "admin-key"
+    monkeypatch.setenv(admin.FILE_ENV, str(named))
+    with pytest.raises(HotpathError, match=f"HOTPATH_ADMIN_KEY_FILE={named}: no such file"):
+        admin.admin_key()
+    assert not named.parent.exists()
+    named.parent.mkdir()
+    named.write_text(" m0unted\r\n")
+    assert admin.admin_key() == "m0unted"
+
+
+BAD_KEYS = ["", "two words", "a,b", "k:v", "x=y"]
+
+
+@pytest.mark.parametrize("bad", BAD_KEYS)
 def test_keys_that_would_break_the_server_flag_are_refused(key_file, bad):
     key_file.parent.mkdir()
     key_file.write_text(bad)
     with pytest.raises(HotpathError, match="admin key"):
         admin.admin_key()
+
+
+def _entrypoint(tmp_path, **env):
+    """docker/entrypoint.sh up to its first command: `false` in place of the checker and tritonserver."""
+    env = {"PATH": os.environ["PATH"], "PYTHON": "false", "TRITONSERVER": "false",
+           "HOTPATH_CACHE_DIR": str(tmp_path / "cache"), **env}
+    return subprocess.run(["bash", str(paths.ROOT / "docker" / "entrypoint.sh")], env=env, capture_output=True,
+                          text=True, timeout=30)
+
+
+def test_the_container_entrypoint_checks_keys_like_admin_key(tmp_path):
+    script = (paths.ROOT / "docker" / "entrypoint.sh").read_text()
+    assert f"ADMIN_KEY_PATTERN='^{admin.KEY_PATTERN}$'" in script
+    secret = tmp_path / "admin-key"
+    for bad in BAD_KEYS:
+        secret.write_text(bad + "\n")
+        run = _entrypoint(tmp_path, HOTPATH_ADMIN_KEY_FILE=str(secret))
+        assert run.returncode == 2 and f"admin key from {secret} is empty or has characters" in run.stderr, bad
+        assert not (tmp_path / "cache").exists(), "it went on after a bad key"
+    run = _entrypoint(tmp_path, HOTPATH_ADMIN_KEY="a,b")
+    assert run.returncode == 2 and "admin key from $HOTPATH_ADMIN_KEY" in run.stderr and "a,b" not in run.stderr
+    run = _entrypoint(tmp_path, HOTPATH_ADMIN_KEY_FILE=str(tmp_path / "missing"))
+    assert run.returncode == 2 and "no readable file" in run.stderr
+    secret.write_text("\t k3y.from_a-secret \r\n")   # surrounding whitespace goes, as in admin_key()
+    run = _entrypoint(tmp_path, HOTPATH_ADMIN_KEY_FILE=str(secret))
+    assert run.returncode == 1 and run.stderr == "" and (tmp_path / "cache").is_dir(), run.stderr   # ran `false`
 
 
 def test_headers_per_protocol_and_perf_analyzer_flags(monkeypatch):
