@@ -1,7 +1,11 @@
 """`python -m hotpath.health`: exit 0 only if every endpoint answers a real request.
 
-Used by the container's HEALTHCHECK and the Kubernetes liveness/readiness exec probes:
-    python3 -m hotpath.health --url 127.0.0.1:8001 --repository /models
+Readiness (default): every endpoint must answer OK. Liveness (`--liveness`): the server must be live
+and no endpoint may fail with a fault (INTERNAL, e.g. a dead stub) or time out (a hung one); an
+endpoint refusing work because it is overloaded (UNAVAILABLE / RESOURCE_EXHAUSTED from a live server)
+is alive: restarting a busy pod would only move its load onto the others.
+Used by the container's HEALTHCHECK and the Kubernetes readiness/liveness exec probes:
+    python3 -m hotpath.health --url 127.0.0.1:8001 --repository /models [--liveness]
 """
 
 from __future__ import annotations
@@ -10,7 +14,7 @@ import argparse
 import os
 import sys
 
-from hotpath.health.probe import endpoints, probe_all, read_configs
+from hotpath.health.probe import endpoints, probe_all, read_configs, server_live
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -21,16 +25,22 @@ def main(argv: list[str] | None = None) -> int:
                         help="the model repository the server runs (endpoints are read from its configs)")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per endpoint (default 5)")
     parser.add_argument("--quiet", action="store_true", help="print failures only")
+    parser.add_argument("--liveness", action="store_true",
+                        help="tolerate overload refusals from a live server; fail on faults and timeouts")
     args = parser.parse_args(argv)
     configs = endpoints(read_configs(args.repository))
     if not configs:
         print(f"no endpoints found in {args.repository}", file=sys.stderr)
         return 2
+    if args.liveness and not server_live(args.url, args.timeout):
+        print(f"{args.url}: server not live", file=sys.stderr)
+        return 1
     results = probe_all(args.url, configs, args.timeout)
-    for result in results:
-        if not (args.quiet and result.ok):
-            print(result.line(), file=sys.stdout if result.ok else sys.stderr)
-    return 0 if all(r.ok for r in results) else 1
+    passed = [r.ok or (args.liveness and r.overloaded) for r in results]
+    for result, ok in zip(results, passed):
+        if not (args.quiet and ok):
+            print(result.line(), file=sys.stdout if ok else sys.stderr)
+    return 0 if all(passed) else 1
 
 
 if __name__ == "__main__":

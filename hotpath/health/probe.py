@@ -38,6 +38,11 @@ class ProbeResult:
     status: str = "OK"
     message: str = ""
 
+    @property
+    def overloaded(self) -> bool:
+        """Refused for load (queue full, shedding, shutting down), not failed: the server answered."""
+        return self.status.removeprefix("StatusCode.") in ("UNAVAILABLE", "RESOURCE_EXHAUSTED")
+
     def line(self) -> str:
         head = f"{self.endpoint}: {'OK' if self.ok else self.status} in {self.latency_ms:.0f} ms"
         return head if self.ok else f"{head}: {self.message}"
@@ -136,6 +141,15 @@ def probe(url: str, config: mc.ModelConfig, timeout_s: float = 5.0) -> ProbeResu
     except ProbeError as exc:
         status, message = "PROBE_ERROR", str(exc)
     return ProbeResult(config.name, False, (time.perf_counter() - started) * 1e3, status, message)
+
+
+def server_live(url: str, timeout_s: float = 5.0) -> bool:
+    """Triton's own liveness (the process answers gRPC), without a request to any model."""
+    try:
+        with grpcclient.InferenceServerClient(url) as client:
+            return client.is_server_live(client_timeout=timeout_s)
+    except InferenceServerException:
+        return False
 
 
 def probe_all(url: str, configs: list[mc.ModelConfig], timeout_s: float = 5.0) -> list[ProbeResult]:

@@ -6,22 +6,12 @@ import contextlib
 from typing import Callable
 
 import tritonclient.grpc as grpcclient
-from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from hotpath.server.admin import admin_headers
+# Re-exported: the perf tools read and reload configs through this module.
+from hotpath.server.model_control import load_config, served_config
 
-
-def served_config(client: grpcclient.InferenceServerClient, model: str) -> mc.ModelConfig:
-    """The config the server runs now (for the local server: the staged substitute)."""
-    return json_format.ParseDict(client.get_model_config(model, as_json=True)["config"], mc.ModelConfig(),
-                                 ignore_unknown_fields=True)
-
-
-def load_config(client: grpcclient.InferenceServerClient, model: str, config: mc.ModelConfig) -> None:
-    """Reload `model` with `config` (no server restart; needs --model-control-mode=explicit)."""
-    client.load_model(model, config=json_format.MessageToJson(config, preserving_proto_field_name=True),
-                      headers=admin_headers())
+__all__ = ["load_config", "reconfigured", "served_config"]
 
 
 @contextlib.contextmanager

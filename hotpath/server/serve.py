@@ -41,7 +41,7 @@ def serve_forever(ports: ServerPorts, repository: Path | None = None, ort_thread
             guard.start()
         print("[serve] serving; Ctrl-C to stop", flush=True)
         while stop["signal"] is None:
-            if not guard and server.process.poll() is not None:
+            if (not guard or not guard.alive()) and server.process.poll() is not None:
                 print(f"[serve] tritonserver exited ({server.process.returncode}):\n{server.log_tail()}", flush=True)
                 return 1
             time.sleep(0.5)

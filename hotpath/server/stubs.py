@@ -28,6 +28,12 @@ def stub_processes(server_pid: int) -> dict[str, list[psutil.Process]]:
     return stubs
 
 
+def stub_pids(server_pid: int, model: str) -> list[int]:
+    """PIDs of a model's live stubs, newest first (a replaced model's stubs may linger while it unloads)."""
+    procs = stub_processes(server_pid).get(model, [])
+    return [p.pid for p in sorted(procs, key=lambda p: p.create_time(), reverse=True)]
+
+
 def stub_census(server_pid: int) -> Counter:
     """Live stubs under the server, counted per model."""
     return Counter({model: len(procs) for model, procs in stub_processes(server_pid).items()})

@@ -1,11 +1,14 @@
-"""Keep a local tritonserver serving: find dead Python stubs and restart their models.
+"""Keep a local tritonserver serving: find dead or hung Python stubs and restart their models.
 
-Triton 2.51 neither restarts a killed stub nor marks its model unready. The watchdog watches two
-things: the stub processes under tritonserver (a census every `census_s`: a stub that disappears is
-seen within that time, before any request fails on it) and the liveness probe (hotpath.health: a real
-request through every endpoint every `probe_s`, which also catches a stub that hangs). A model with
-a dead stub is reloaded through explicit model control with a forcing config change (Triton keeps the
-existing instances when a load changes nothing); if tritonserver itself is gone, it is restarted.
+Triton 2.51 neither restarts a killed stub nor marks its model unready. Two threads watch:
+- the census (every `census_s`): the stub processes under tritonserver against the instances each
+  READY model's served config asks for; a deficit seen on two rounds in a row (a model being loaded
+  by an operator briefly has fewer) is a dead stub, restarted before any request fails on it;
+- the liveness probe (hotpath.health, every `probe_s`): a real request through every endpoint. An
+  error naming an unhealthy stub restarts that model; an endpoint that times out on two probes in a
+  row (a hung stub) has its models restarted.
+A restart reloads the model through explicit model control with a forcing config change (Triton keeps
+the existing instances when a load changes nothing). If tritonserver itself exits, it is restarted.
 """
 
 from __future__ import annotations
@@ -19,15 +22,17 @@ from pathlib import Path
 from typing import Callable
 
 import tritonclient.grpc as grpcclient
+from tritonclient.grpc import model_config_pb2 as mc
 
-from hotpath.health.probe import ProbeResult, endpoints, probe_all, read_configs
-from hotpath.perf.reload import load_config, served_config
+from hotpath.health.probe import ProbeResult, endpoints, probe, read_configs
+from hotpath.server.model_control import instance_count, load_config, served_config
 from hotpath.server.process import LocalTriton
 from hotpath.server.stubs import stub_census
 
 _UNHEALTHY_STUB = re.compile(r"Stub process '([^']+)' is not healthy")
 # A forcing change: a parameter no backend reads, set to the restart time.
 RESTART_PARAMETER = "hotpath.restarted_at"
+TIMEOUT = "DEADLINE_EXCEEDED"
 
 
 def models_named_unhealthy(results: list[ProbeResult]) -> set[str]:
@@ -37,6 +42,11 @@ def models_named_unhealthy(results: list[ProbeResult]) -> set[str]:
         for instance in _UNHEALTHY_STUB.findall(result.message):
             named.add(re.sub(r"_\d+_\d+$", "", instance))  # instance <model>_<group>_<index>
     return named
+
+
+def endpoint_models(config: mc.ModelConfig) -> list[str]:
+    """What serves an endpoint: its steps if it is an ensemble, else itself."""
+    return [s.model_name for s in config.ensemble_scheduling.step] or [config.name]
 
 
 @dataclass
@@ -55,7 +65,7 @@ class Recovery:
 
 @dataclass
 class Watchdog:
-    """Background thread guarding one LocalTriton (started with model_control='explicit')."""
+    """Background threads guarding one LocalTriton (started with model_control='explicit')."""
     server: LocalTriton
     repository: Path | None = None
     census_s: float = 0.5
@@ -66,82 +76,138 @@ class Watchdog:
 
     def __post_init__(self):
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()   # one recovery at a time, and never during stop()
+        self._threads: list[threading.Thread] = []
         self._endpoints = endpoints(read_configs(self.repository or self.server.repository))
-        self._baseline: Counter = Counter()
+        self._expected: dict[str, int] = {}
+        self._deficits: Counter = Counter()
+        self._timeouts: Counter = Counter()
 
     def start(self) -> "Watchdog":
         if self.server.model_control != "explicit":
             raise ValueError("the watchdog restarts models through explicit model control: "
                              "start the server with model_control='explicit'")
-        self._baseline = stub_census(self.server.process.pid)
-        self._thread = threading.Thread(target=self._run, name="hotpath-watchdog", daemon=True)
-        self._thread.start()
-        self.log(f"[watchdog] watching {sum(self._baseline.values())} stubs of {len(self._baseline)} models; "
+        self._refresh_expected(set(stub_census(self.server.process.pid)))
+        self._threads = [threading.Thread(target=self._loop, args=(self._census_round, self.census_s),
+                                          name="hotpath-watchdog-census", daemon=True),
+                         threading.Thread(target=self._loop, args=(self._probe_round, self.probe_s),
+                                          name="hotpath-watchdog-probe", daemon=True)]
+        for thread in self._threads:
+            thread.start()
+        self.log(f"[watchdog] watching {sum(self._expected.values())} stubs of {len(self._expected)} models; "
                  f"probing {len(self._endpoints)} endpoints every {self.probe_s:g}s")
         return self
 
+    def alive(self) -> bool:
+        return all(t.is_alive() for t in self._threads)
+
     def stop(self) -> None:
+        """Stop watching; waits for a recovery in progress (a restart must not outlive the caller)."""
         self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=60)
+        for thread in self._threads:
+            thread.join()
 
-    def probe(self) -> list[ProbeResult]:
-        return probe_all(self.server.grpc_url, self._endpoints, self.probe_timeout_s)
+    def _loop(self, round_: Callable[[], None], every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            try:
+                round_()
+            except Exception as exc:  # noqa: BLE001 - a watchdog that dies silently guards nothing
+                self.log(f"[watchdog] {round_.__name__.strip('_')} failed: {exc!r}; continuing")
 
-    def _run(self) -> None:
-        next_probe = time.monotonic() + self.probe_s
-        while not self._stop.wait(self.census_s):
-            if self.server.process.poll() is not None:
-                self._restart_server()
-                continue
-            census = stub_census(self.server.process.pid)
-            dead = sorted(m for m, n in self._baseline.items() if census[m] < n)
-            if dead:
-                self._reload(dead, f"stub process gone ({', '.join(dead)})")
-                continue
-            if time.monotonic() >= next_probe:
-                next_probe = time.monotonic() + self.probe_s
-                failed = [r for r in self.probe() if not r.ok]
-                if failed:
-                    for result in failed:
-                        self.log(f"[watchdog] probe failed: {result.line()}")
-                    named = sorted(models_named_unhealthy(failed))
-                    if named:
-                        self._reload(named, "probe: " + "; ".join(r.line() for r in failed))
-
-    def _reload(self, models: list[str], reason: str) -> None:
-        recovery = Recovery(reason, models, time.monotonic())
-        self.recoveries.append(recovery)
-        self.log(f"[watchdog] {reason}: restarting {', '.join(models)}")
-        try:
-            with grpcclient.InferenceServerClient(self.server.grpc_url) as client:
-                for model in models:
-                    config = served_config(client, model)
-                    config.parameters[RESTART_PARAMETER].string_value = f"{time.time():.6f}"
-                    load_config(client, model, config)
-        except Exception as exc:  # noqa: BLE001 - a failed reload falls back to a server restart
-            recovery.error = str(exc)
-            self.log(f"[watchdog] reloading {', '.join(models)} failed ({exc}); restarting tritonserver")
+    def _census_round(self) -> None:
+        if self._lock.locked():
+            return   # a recovery is in progress: its stubs are coming and going
+        seen_at = time.monotonic()
+        if self.server.process.poll() is not None:
             self._restart_server()
             return
-        # The baseline stays: the reloaded configs have the same instances (a census taken now could
-        # still count the old model's exiting stubs).
-        recovery.recovered_at = time.monotonic()
-        self.log(f"[watchdog] {', '.join(models)} restarted in {recovery.seconds:.1f}s")
+        census = stub_census(self.server.process.pid)
+        # Expected counts come from the served configs, re-read only when they disagree with the census
+        # (a config reloaded with fewer instances, a model unloaded on purpose: not dead stubs).
+        new = {m for m in census if m not in self._expected}
+        short = {m for m, n in self._expected.items() if census[m] < n}
+        if new or short:
+            self._refresh_expected(new | short)
+            short = {m for m, n in self._expected.items() if census[m] < n}
+        self._deficits = Counter({m: self._deficits[m] + 1 for m in short})
+        dead = sorted(m for m, rounds in self._deficits.items() if rounds >= 2)
+        if dead:
+            self._reload(dead, "stub process gone (" + ", ".join(
+                f"{m}: {census[m]} of {self._expected[m]}" for m in dead) + ")", seen_at)
 
-    def _restart_server(self) -> None:
+    def _refresh_expected(self, models: set[str]) -> None:
+        """Stubs each READY model should have, from the config it serves now; unready models drop out."""
+        with grpcclient.InferenceServerClient(self.server.grpc_url) as client:
+            for model in models:
+                if client.is_model_ready(model):
+                    self._expected[model] = instance_count(served_config(client, model))
+                else:
+                    self._expected.pop(model, None)
+
+    def _probe_round(self) -> None:
+        if self._lock.locked() or self.server.process.poll() is not None:
+            return   # a recovery is in progress; the census thread restarts a dead server
+        seen_at = time.monotonic()
+        results = []
+        for config in self._endpoints:
+            if self._stop.is_set():
+                return
+            results.append(probe(self.server.grpc_url, config, self.probe_timeout_s))
+        failed = [r for r in results if not r.ok]
+        for result in failed:
+            self.log(f"[watchdog] probe failed: {result.line()}")
+        self._timeouts = Counter({r.endpoint: self._timeouts[r.endpoint] + 1
+                                  for r in failed if r.status.endswith(TIMEOUT)})
+        hung = [c for c in self._endpoints if self._timeouts[c.name] >= 2]
+        models = sorted(models_named_unhealthy(failed) | {m for c in hung for m in endpoint_models(c)})
+        if models:
+            self._reload(models, "probe: " + "; ".join(r.line() for r in failed), seen_at)
+            self._timeouts.clear()
+
+    def _reload(self, models: list[str], reason: str, seen_at: float) -> None:
+        with self._lock:
+            # The other thread may have restarted these models since this one saw the failure.
+            done = {m for r in self.recoveries if r.recovered_at and r.recovered_at > seen_at for m in r.models}
+            models = [m for m in models if m not in done and "*" not in done]
+            if self._stop.is_set() or not models:
+                return
+            recovery = Recovery(reason, models, time.monotonic())
+            self.recoveries.append(recovery)
+            self.log(f"[watchdog] {reason}: restarting {', '.join(models)}")
+            try:
+                with grpcclient.InferenceServerClient(self.server.grpc_url) as client:
+                    for model in models:
+                        config = served_config(client, model)
+                        config.parameters[RESTART_PARAMETER].string_value = f"{time.time():.6f}"
+                        load_config(client, model, config)
+            except Exception as exc:  # noqa: BLE001 - a failed reload falls back to a server restart
+                recovery.error = str(exc)
+                self.log(f"[watchdog] reloading {', '.join(models)} failed ({exc}); restarting tritonserver")
+                self._restart_server(locked=True)
+                return
+            self._deficits.clear()
+            recovery.recovered_at = time.monotonic()
+            self.log(f"[watchdog] {', '.join(models)} restarted in {recovery.seconds:.1f}s")
+
+    def _restart_server(self, locked: bool = False) -> None:
+        if not locked:
+            with self._lock:
+                return self._restart_server(locked=True)
+        if self._stop.is_set():
+            return
         recovery = Recovery("tritonserver exited", ["*"], time.monotonic())
         self.recoveries.append(recovery)
-        self.log(f"[watchdog] tritonserver is gone (exit {self.server.process.poll()}); restarting it")
+        self.log(f"[watchdog] tritonserver is gone (exit {self.server.process.poll()}); its log ended:\n"
+                 f"{self.server.log_tail(20)}\n[watchdog] restarting tritonserver")
         try:
             self.server.stop()
             self.server.start()
-        except Exception as exc:  # noqa: BLE001 - reported, retried on the next round
+        except Exception as exc:  # noqa: BLE001 - reported, retried on a later round
             recovery.error = str(exc)
             self.log(f"[watchdog] restart failed: {exc}; retrying in 10s")
             self._stop.wait(10)
             return
-        self._baseline = stub_census(self.server.process.pid)
+        self._deficits.clear()
+        self._expected.clear()   # refilled from the new server's configs on the next census
         recovery.recovered_at = time.monotonic()
         self.log(f"[watchdog] tritonserver restarted in {recovery.seconds:.1f}s")

@@ -12,7 +12,6 @@ import threading
 import time
 import urllib.request
 
-import psutil
 import pytest
 
 from hotpath.health.__main__ import main as health_main
@@ -20,7 +19,7 @@ from hotpath.health.probe import endpoints, probe, read_configs
 from hotpath.paths import model_repository
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
-from hotpath.server.stubs import STUB_BINARY, stub_census
+from hotpath.server.stubs import stub_census, stub_pids
 from hotpath.server.watchdog import Watchdog
 
 # Which endpoint's requests go through each model with a Python stub (on this server the ONNX models
@@ -43,14 +42,9 @@ def configs():
 
 
 def _stub_pid(server: LocalTriton, model: str) -> int:
-    for child in psutil.Process(server.process.pid).children():
-        try:
-            cmdline = child.cmdline()
-        except psutil.NoSuchProcess:  # killed earlier: Triton leaves its stubs as zombies
-            continue
-        if cmdline and cmdline[0].endswith(STUB_BINARY) and f"/{model}/" in cmdline[1]:
-            return child.pid
-    raise AssertionError(f"no stub process for {model}")
+    pids = stub_pids(server.process.pid, model)
+    assert pids, f"no stub process for {model}"
+    return pids[0]
 
 
 def _ready(server: LocalTriton, model: str = "") -> int:
@@ -72,9 +66,11 @@ def test_probe_fails_where_readiness_lies(server):
 
 
 def test_watchdog_recovers_a_stub_found_dead_by_the_probe(server, configs):
-    """Continues the test above: the tokenizer's stub is dead before the watchdog starts, so only the
-    probe can find it (its error names the stub); the watchdog restarts the model."""
-    guard = Watchdog(server, census_s=0.2, probe_s=0.5).start()
+    """Only the probe watches here (the census is off): the error names the tokenizer's stub, and the
+    watchdog restarts that model."""
+    if stub_census(server.process.pid)["tokenizer"]:
+        os.kill(_stub_pid(server, "tokenizer"), signal.SIGKILL)
+    guard = Watchdog(server, census_s=3600, probe_s=0.5).start()
     try:
         deadline = time.monotonic() + 60
         while not any(r.recovered_at for r in guard.recoveries) and time.monotonic() < deadline:
@@ -82,6 +78,7 @@ def test_watchdog_recovers_a_stub_found_dead_by_the_probe(server, configs):
     finally:
         guard.stop()
     assert [r.models for r in guard.recoveries] == [["tokenizer"]], guard.recoveries
+    assert guard.recoveries[0].reason.startswith("probe:"), guard.recoveries[0].reason
     assert probe(server.grpc_url, configs["text_embedding_exact"]).ok
 
 
@@ -129,8 +126,10 @@ def test_kill_each_stub_under_load_recovers(server, configs, model):
     # All instances are back. (The replaced model's surviving stubs exit once it has unloaded: seconds
     # at idle, longer under load; a census counts them too, hence >=.)
     assert stub_census(server.process.pid)[model] >= before, "the model's stubs are not all back"
-    assert recovery.detected_at - killed_at < 2.0, "the census should see a dead stub within a round or two"
+    # Two census rounds (0.2 s each) normally; the probe (every 2 s) when a lingering stub of the
+    # replaced model still fills the count. Measured 0.01-0.04 s with one round; bound for a busy host.
+    assert recovery.detected_at - killed_at < 5.0, "neither the census nor the probe saw the dead stub"
     # The tail of the load succeeds, and failures stay those in flight around the kill and restart.
     assert after[-3:] == [True, True, True], after
-    assert failed <= 5, f"{model}: {failed} failed requests"
+    assert failed <= 15, f"{model}: {failed} failed requests"  # measured 1-9; each one fails after ~1 s
     assert probe(server.grpc_url, endpoint).ok

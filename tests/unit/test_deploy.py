@@ -65,6 +65,9 @@ def test_probes_send_real_requests_after_startup(overlay):
     container = k["Deployment"][0]["spec"]["template"]["spec"]["containers"][0]
     assert container["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
     # Triton's ready stays 200 with a dead stub (tests/integration/test_stub_health.py): probe for real.
+    assert "--liveness" in container["livenessProbe"]["exec"]["command"], "overload must not restart a pod"
+    assert "--liveness" not in container["readinessProbe"]["exec"]["command"]
+    assert container["readinessProbe"]["failureThreshold"] >= 2, "one slow probe must not drop a pod"
     for probe in (container["readinessProbe"], container["livenessProbe"]):
         assert probe["exec"]["command"][:3] == ["python3", "-m", "hotpath.health"]
         budget = float(probe["exec"]["command"][probe["exec"]["command"].index("--timeout") + 1])

@@ -1,5 +1,6 @@
 """docker/: hadolint on the Dockerfile, shellcheck on every shell script, the image's Python closure."""
 
+import json
 import os
 import re
 import shutil
@@ -64,3 +65,17 @@ def test_image_copies_only_the_runtime_and_the_checker_and_they_import_alone(tmp
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().startswith(str(tmp_path))
 
+
+
+def test_healthcheck_probes_every_endpoint_within_its_timeout():
+    """The HEALTHCHECK is the liveness probe (a dead stub keeps /v2/health/ready at 200); its endpoints
+    are probed one after another, so their budgets must fit Docker's timeout."""
+    from hotpath.health.probe import endpoints, read_configs
+
+    text = DOCKERFILE.read_text()
+    (options, command), = re.findall(r"^HEALTHCHECK (.*?)\s*\\?\n\s*CMD (\[.*\])$", text, re.M)
+    argv = json.loads(command)
+    assert argv[:3] == ["python3", "-m", "hotpath.health"] and "--liveness" in argv
+    budget = float(argv[argv.index("--timeout") + 1])
+    docker_timeout = float(re.search(r"--timeout=(\d+)s", options).group(1))
+    assert docker_timeout >= len(endpoints(read_configs(paths.model_repository()))) * budget

@@ -50,3 +50,27 @@ def test_the_watchdog_reads_which_model_a_dead_stub_belongs_to():
                            "Stub process 'image_preprocess_1_12' is not healthy."),
                ProbeResult("text_embedding", False, 5, "StatusCode.UNAVAILABLE", "Server exiting")]
     assert models_named_unhealthy(results) == {"tokenizer", "image_preprocess"}
+
+
+def test_liveness_tolerates_overload_but_not_faults_or_timeouts():
+    assert ProbeResult("e", False, 1, "StatusCode.UNAVAILABLE", "Exceeds maximum queue size").overloaded
+    assert ProbeResult("e", False, 1, "StatusCode.RESOURCE_EXHAUSTED", "rate limit").overloaded
+    assert not ProbeResult("e", False, 1, "StatusCode.INTERNAL", "Stub process 'x_0_0' is not healthy.").overloaded
+    assert not ProbeResult("e", False, 5000, "DEADLINE_EXCEEDED", "no final response within 5.0s").overloaded
+
+
+def test_liveness_fails_when_no_server_answers(capsys):
+    from hotpath.health.__main__ import main
+    from hotpath.server.ports import free_ports
+
+    (port,) = free_ports(1)
+    assert main(["--url", f"127.0.0.1:{port}", "--repository", str(model_repository()), "--liveness",
+                 "--timeout", "1"]) == 1
+    assert "server not live" in capsys.readouterr().err
+
+
+def test_a_hung_endpoint_restarts_what_serves_it(configs):
+    from hotpath.server.watchdog import endpoint_models
+
+    assert endpoint_models(configs["text_embedding_exact"]) == ["tokenizer", "text_encoder"]
+    assert endpoint_models(configs["text_embedding"]) == ["text_embedding"]
