@@ -126,8 +126,10 @@ def test_sigterm_under_load_drains_refuses_as_unavailable_and_exits_in_time(repo
     wrong = [c for c in in_flight + after if c.error and not isinstance(c.error, ServerUnavailableError)]
     assert not wrong, _summary(wrong)
     # The server says it is not ready from shortly after the signal until it is gone.
+    # Within 1 s on a quiet host; 5 s leaves room for a loaded 2-core CI host, where one is_ready() poll
+    # can itself take a second. A server ready while it drains shows no not-ready sample at all (None).
     first_down = next((t for t, ready in readiness if not ready), None)
-    assert first_down is not None and first_down - killed < 1.0
+    assert first_down is not None and first_down - killed < 5.0, (killed, first_down)
     assert not [t for t, ready in readiness if ready and t > first_down]
     print(f"\nSIGTERM under load: exit {exited - killed:.1f} s; in flight {len(in_flight)} "
           f"({_summary(in_flight)}); after {len(after)}: {_summary(after)}")
@@ -182,7 +184,11 @@ def test_sigterm_lets_streams_in_flight_finish(triton, tmp_path):
     try:
         for t in threads:
             t.start()
+        deadline = time.monotonic() + 60
         while sum(len(e) for e in events.values()) < 3 * 4:   # every stream has sent a few tokens
+            failed = [e for got in events.values() for e in got if isinstance(e, Exception)]
+            assert not failed, f"a stream failed before the signal: {failed}"
+            assert time.monotonic() < deadline, f"streams sent {[len(e) for e in events.values()]} events in 60 s"
             time.sleep(0.02)
         killed = time.monotonic()
         server.process.send_signal(signal.SIGTERM)
@@ -195,6 +201,8 @@ def test_sigterm_lets_streams_in_flight_finish(triton, tmp_path):
         server.stop()
     assert server.process.returncode == 0 and exit_s <= EXIT_TIMEOUT_S + 1, exit_s
     assert running, "every stream ended before the signal: nothing was in flight"
+    failed = [e for got in events.values() for e in got if isinstance(e, Exception)]
+    assert not failed, failed
     for i, got in events.items():
         assert isinstance(got[-1], Generation), f"stream {i}: {got[-1]!r}"
         assert got[-1].finish_reason == "length" and got[-1].completion_tokens == 64
