@@ -10,7 +10,7 @@ import threading
 
 from hotpath.errors import HotpathError
 from hotpath.gateway.config import TenantGatewaySettings
-from hotpath.gateway.limits import admission_cap, max_body_bytes
+from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
 from hotpath.gateway.local import LocalGateway
 from hotpath.gateway.tenants import load_tenants, new_token
 
@@ -19,12 +19,13 @@ def _serve(args: argparse.Namespace) -> int:
     tenants = load_tenants(args.tenants)
     settings = TenantGatewaySettings(args.grpc_port, args.http_port, (args.grpc_upstream,), (args.http_upstream,),
                                      tenants, args.max_in_flight or admission_cap(args.profile),
-                                     args.max_body_bytes or max_body_bytes())
+                                     args.max_body_bytes or max_body_bytes(), args.max_streams or stream_cap())
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with LocalGateway(settings) as gateway:
         print(f"[gateway] gRPC {gateway.grpc_url}, HTTP {gateway.http_url} -> {args.grpc_upstream} / "
               f"{args.http_upstream}; {len(tenants)} tenant(s), {settings.in_flight_cap} inference calls in flight, "
+              f"{settings.streams_cap} streams open, "
               f"bodies up to {settings.max_body_bytes} bytes; access log {gateway.access_log}", flush=True)
         try:
             while not stop.wait(0.5):
@@ -46,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--grpc-port", type=int, default=8443)
     serve.add_argument("--http-port", type=int, default=8080)
     serve.add_argument("--max-in-flight", type=int, default=0, help="default: Little's law over perf/slo.toml")
+    serve.add_argument("--max-streams", type=int, default=0, help="default: the specs' decoupled max_batch slots")
     serve.add_argument("--max-body-bytes", type=int, default=0, help="default: the specs' largest item + 1 MiB")
     serve.add_argument("--profile", default="cpu", help="perf/slo.toml profile that sizes the in-flight cap")
     args = parser.parse_args(argv)

@@ -6,19 +6,26 @@ sees the status, not an HTTP error), HTTP with Triton's JSON error body.
 
 | check (NGINX phase order) | directive | gRPC status | HTTP |
 |---|---|---|---|
-| tenant token | `map $http_authorization` + `if` (rewrite) | 16 UNAUTHENTICATED | 401 |
+| tenant token | `map $http_authorization` + `if` (server rewrite) | 16 UNAUTHENTICATED | 401 |
+| API a tenant may call | allow-listed locations, `return 403` in `/` (rewrite) | 7 PERMISSION_DENIED | 403 |
 | tenant's rate | `limit_req` per rate class, `nodelay` (preaccess) | 8 RESOURCE_EXHAUSTED | 429 |
-| in-flight inference calls | `limit_conn` on one key (preaccess) | 14 UNAVAILABLE | 503 |
+| in-flight inference calls, open streams | `limit_conn` on one key each (preaccess) | 14 UNAVAILABLE | 503 |
 | body size | `client_max_body_size` (content) | 3 INVALID_ARGUMENT | 413 |
+
+Tenants may call inference, streams (gRPC ModelStreamInfer, HTTP generate and generate_stream),
+health, metadata and model config; repository, shared-memory, trace, logging and statistics APIs
+are answered by the gateway (they need Triton's admin key, which belongs to operators).
 
 limit_conn counts a call from its header until its response ends; under HTTP/2 each concurrent
 stream counts as a connection (NGINX docs, ngx_http_limit_conn_module), so on a fixed key it caps
-the calls in flight. Only inference calls count: metadata, health and streams pass.
+the calls in flight. Inference calls and streams have a zone each: a stream lasts seconds, and would
+hold a slot sized for a ~20 ms call. A gRPC stream counts once, however many requests it carries.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,13 +39,23 @@ RATE_LIMITED = "gateway: tenant request rate limit exceeded; slow down"
 OVERLOADED = "gateway: server at capacity ({cap} inference calls in flight); retry later"
 TOO_LARGE = "gateway: request body larger than {limit} bytes"
 UNREACHABLE = "gateway: no server could complete the call"
+STREAMS_FULL = "gateway: server at capacity ({cap} streams open); retry later"
+ADMIN_ONLY = "gateway: admin APIs are not exposed to tenants"
 
 TENANT = "$hotpath_tenant"   # the tenant of the call's token, "" when there is none
 # The gateway's own gRPC answers carry their status in a header ($sent_http_grpc_status), the server's
 # in a trailer.
 LOG_FIELDS = (*nginx.LOG_FIELDS[:-1], TENANT.removeprefix("$"), "sent_http_grpc_status", nginx.LOG_FIELDS[-1])
-GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
-HTTP_INFER = r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$"
+# What a tenant may call; anything else is ADMIN_ONLY.
+GRPC_SERVICE = "/inference.GRPCInferenceService/"
+GRPC_INFER = GRPC_SERVICE + "ModelInfer"
+GRPC_STREAM = GRPC_SERVICE + "ModelStreamInfer"
+GRPC_OPEN = ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelConfig")
+GRPC_HEALTH = "/grpc.health.v1.Health/Check"
+MODEL = r"^/v2/models/(?!stats$)[^/]+(/versions/[^/]+)?"   # "stats" is the statistics API, not a model
+HTTP_INFER = MODEL + "/infer$"
+HTTP_STREAM = MODEL + "/generate(_stream)?$"
+HTTP_OPEN = (r"^/v2(/health/(live|ready))?$", MODEL + "(/ready|/config)?$")
 TOKEN_MAP = "tenants.map"   # next to nginx.conf, mode 0600: the only file that holds tokens
 
 
@@ -51,10 +68,15 @@ class TenantGatewaySettings:
     tenants: tuple[Tenant, ...] = field(repr=False)
     max_in_flight: int = 8               # inference calls per replica (hotpath.gateway.limits.admission_cap)
     max_body_bytes: int = 9 << 20        # hotpath.gateway.limits.max_body_bytes
+    max_streams: int = 16                # open streams per replica (hotpath.gateway.limits.stream_cap)
 
     @property
     def in_flight_cap(self) -> int:
         return self.max_in_flight * len(self.grpc_upstreams)
+
+    @property
+    def streams_cap(self) -> int:
+        return self.max_streams * len(self.grpc_upstreams)
 
 
 def token_map(tenants: tuple[Tenant, ...]) -> list[dict]:
@@ -75,6 +97,15 @@ def _http_error(name: str, status: int, message: str, *extra: dict) -> dict:
                                        d("return", status, json.dumps({"error": message}))])
 
 
+def _error_pages(overloaded: str = "@overloaded") -> list[dict]:
+    """Status -> named location; a location with its own `overloaded` answer repeats them all (NGINX
+    inherits error_page from the server only into locations that set none)."""
+    return [d("error_page", 429, "=", "@rate_limited"),
+            d("error_page", 413, "=", "@too_large"),
+            d("error_page", 503, "=", overloaded),
+            d("error_page", 502, 504, "=", "@unreachable")]
+
+
 def _checks(s: TenantGatewaySettings, zones: list[dict], protocol: str) -> list[dict]:
     """What both servers do before passing a call on: token, rate limits, error pages."""
     return [
@@ -82,10 +113,8 @@ def _checks(s: TenantGatewaySettings, zones: list[dict], protocol: str) -> list[
         *zones,
         d(f"{protocol}_set_header", "Authorization", ""),   # the token stops here
         d("error_page", 401, "=", "@unauthenticated"),
-        d("error_page", 429, "=", "@rate_limited"),
-        d("error_page", 413, "=", "@too_large"),
-        d("error_page", 503, "=", "@overloaded"),
-        d("error_page", 502, 504, "=", "@unreachable"),
+        d("error_page", 403, "=", "@admin_only"),
+        *_error_pages(),
     ]
 
 
@@ -99,16 +128,22 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
                       d("limit_req_zone", f"$hotpath_rate_{i}", f"zone=rate_{i}:1m", f"rate={rate}r/s")]
         zones.append(d("limit_req", f"zone=rate_{i}", f"burst={burst}", "nodelay"))
     admit = [d("limit_conn", "in_flight", s.in_flight_cap)]
+    streams = [d("limit_conn", "streams", s.streams_cap), *_error_pages("@streams_full")]
     overloaded = OVERLOADED.format(cap=s.in_flight_cap)
+    streams_full = STREAMS_FULL.format(cap=s.streams_cap)
     too_large = TOO_LARGE.format(limit=s.max_body_bytes)
     grpc_servers = [d("server", u) for u in s.grpc_upstreams]
     http_servers = [d("server", u) for u in s.http_upstreams]
+    grpc_pass = d("grpc_pass", "grpc://triton_grpc")
+    proxy_pass = d("proxy_pass", "http://triton_http")
     return main_context(workdir, [
         d("map_hash_bucket_size", 256),   # a key is "Bearer " + a token of up to 128 characters
         d("map", "$http_authorization", TENANT, block=[d("default", ""), d("include", workdir / TOKEN_MAP)]),
         *rate_maps,
         d("limit_req_status", 429),
-        d("limit_conn_zone", "upstream", "zone=in_flight:1m"),   # one key: every inference call counts
+        # One fixed key per zone: every call of its kind counts against one cap.
+        d("limit_conn_zone", "upstream", "zone=in_flight:1m"),
+        d("limit_conn_zone", "upstream", "zone=streams:1m"),
         d("limit_conn_status", 503),
         # Refusals are expected under load and are in the access log; the error log keeps real errors.
         d("limit_req_log_level", "info"),
@@ -121,12 +156,17 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
             d("listen", f"127.0.0.1:{s.listen_port}", "http2"),
             d("grpc_connect_timeout", "1s"),
             *_checks(s, zones, "grpc"),
-            d("location", "=", GRPC_INFER, block=[*admit, d("grpc_pass", "grpc://triton_grpc")]),
-            d("location", "/", block=[d("grpc_pass", "grpc://triton_grpc")]),
+            d("location", "=", GRPC_INFER, block=[*admit, grpc_pass]),
+            d("location", "=", GRPC_STREAM, block=[*streams, grpc_pass]),
+            d("location", "~", f"^{re.escape(GRPC_SERVICE)}({'|'.join(GRPC_OPEN)})$", block=[grpc_pass]),
+            d("location", "=", GRPC_HEALTH, block=[grpc_pass]),
+            d("location", "/", block=[d("return", 403)]),
             grpc_error("@unauthenticated", 16, UNAUTHENTICATED),
+            grpc_error("@admin_only", 7, ADMIN_ONLY),
             grpc_error("@rate_limited", 8, RATE_LIMITED),
             grpc_error("@too_large", 3, too_large),
             grpc_error("@overloaded", 14, overloaded),
+            grpc_error("@streams_full", 14, streams_full),
             grpc_error("@unreachable", 14, UNREACHABLE),
         ]),
         d("server", block=[
@@ -134,13 +174,18 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
             d("proxy_http_version", "1.1"),
             d("proxy_set_header", "Connection", ""),   # keep upstream connections alive
             *_checks(s, zones, "proxy"),
-            d("location", "~", HTTP_INFER, block=[*admit, d("proxy_pass", "http://triton_http")]),
-            d("location", "/", block=[d("proxy_pass", "http://triton_http")]),
+            d("location", "~", HTTP_INFER, block=[*admit, proxy_pass]),
+            # generate_stream is server-sent events: each token goes on as it comes.
+            d("location", "~", HTTP_STREAM, block=[*streams, d("proxy_buffering", "off"), proxy_pass]),
+            *[d("location", "~", pattern, block=[proxy_pass]) for pattern in HTTP_OPEN],
+            d("location", "/", block=[d("return", 403)]),
             _http_error("@unauthenticated", 401, UNAUTHENTICATED, d("add_header", "WWW-Authenticate", "Bearer",
                                                                       "always")),
+            _http_error("@admin_only", 403, ADMIN_ONLY),
             _http_error("@rate_limited", 429, RATE_LIMITED),
             _http_error("@too_large", 413, too_large),
             _http_error("@overloaded", 503, overloaded),
+            _http_error("@streams_full", 503, streams_full),
             _http_error("@unreachable", 502, UNREACHABLE),
         ]),
     ], LOG_FIELDS)

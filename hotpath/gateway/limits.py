@@ -9,6 +9,9 @@
   only adds queueing. Calls past the cap are refused at once instead of queueing in front of a busy
   model. Measured at 2x capacity (perf/reports/overload.md): cap 11 (Little's law alone) p95 28.5 ms,
   cap 8 23.8 ms, for a 25 ms target.
+- Streams (gRPC ModelStreamInfer, HTTP generate/generate_stream) last seconds, not milliseconds: they
+  have their own cap per replica, the sequences a decoupled model decodes at once without queueing
+  (its `max_batch` slots x instances), so that long generations never take the slots of short calls.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from hotpath.spec import load_specs
 
 ITEM_BYTE_PARAMETERS = ("max_bytes", "max_text_bytes")   # per-item byte limits of the Python steps
 BODY_OVERHEAD_BYTES = 1 << 20   # protobuf/JSON framing, the other inputs, a batch of small items
+STREAM_SLOTS_PARAMETER = "max_batch"   # sequences a decoupled step decodes together (text_generation's KV slots)
 
 
 def max_body_bytes(spec_dir: Path | None = None) -> int:
@@ -32,6 +36,17 @@ def max_body_bytes(spec_dir: Path | None = None) -> int:
     if not limits:
         raise HotpathError(f"no spec sets any of {ITEM_BYTE_PARAMETERS}: nothing to size the body limit from")
     return max(limits) + BODY_OVERHEAD_BYTES
+
+
+def stream_cap(spec_dir: Path | None = None) -> int:
+    """Streams per replica: the fewest any decoupled spec serves at once (`max_batch` x its instances)."""
+    caps = [int(spec.config.parameters[STREAM_SLOTS_PARAMETER].string_value)
+            * max(1, sum(group.count or 1 for group in spec.config.instance_group))
+            for spec in load_specs(spec_dir or paths.model_specs_dir())
+            if spec.config.model_transaction_policy.decoupled and STREAM_SLOTS_PARAMETER in spec.config.parameters]
+    if not caps:
+        raise HotpathError(f"no decoupled spec sets `{STREAM_SLOTS_PARAMETER}`: nothing to size the stream cap from")
+    return min(caps)
 
 
 def little_cap(capacity_per_s: float, p95_ms: float) -> int:

@@ -12,6 +12,7 @@ import urllib.error
 import urllib.request
 
 import crossplane
+import grpc
 import pytest
 from tritonclient.utils import InferenceServerException
 
@@ -19,9 +20,9 @@ from hotpath.client import (TOKEN_ENV, ClientError, EmbeddingClient, InvalidInpu
                             ServerUnavailableError, UnauthenticatedError, client_error, connect)
 from hotpath.errors import HotpathError
 from hotpath.gateway.__main__ import main as gateway_main
-from hotpath.gateway.config import (GRPC_INFER, TOKEN_MAP, UNAUTHENTICATED, TenantGatewaySettings, config,
-                                    rate_classes, token_map)
-from hotpath.gateway.limits import BODY_OVERHEAD_BYTES, admission_cap, little_cap, max_body_bytes
+from hotpath.gateway.config import (ADMIN_ONLY, GRPC_STREAM, HTTP_STREAM, TOKEN_MAP, UNAUTHENTICATED, UNREACHABLE,
+                                    TenantGatewaySettings, config, rate_classes, token_map)
+from hotpath.gateway.limits import BODY_OVERHEAD_BYTES, admission_cap, little_cap, max_body_bytes, stream_cap
 from hotpath.gateway.local import LocalGateway, parse_log
 from hotpath.gateway.tenants import Tenant, load_tenants, new_token, parse_tenants
 from hotpath.processes import stop_process
@@ -41,7 +42,8 @@ def _find(directives, name):
 
 def _settings(replicas=1, cap=8):
     return TenantGatewaySettings(8443, 8080, tuple(f"127.0.0.1:{9001 + 10 * i}" for i in range(replicas)),
-                                 tuple(f"127.0.0.1:{9000 + 10 * i}" for i in range(replicas)), TENANTS, cap, 5 << 20)
+                                 tuple(f"127.0.0.1:{9000 + 10 * i}" for i in range(replicas)), TENANTS, cap, 5 << 20,
+                                 max_streams=4)
 
 
 def test_tenants_file_with_defaults(tmp_path):
@@ -90,6 +92,22 @@ def test_body_limit_is_the_largest_item_limit_of_the_specs(tmp_path):
     (tmp_path / "img.toml").unlink()
     assert max_body_bytes(tmp_path) == 32768 + BODY_OVERHEAD_BYTES
 
+
+def test_stream_cap_is_the_fewest_decoding_slots_of_a_decoupled_spec(tmp_path):
+    def spec(name, decoupled, slots, instances):
+        (tmp_path / f"{name}.toml").write_text(
+            f'backend = "python"\nmax_batch_size = 0\n[hotpath]\nkind = "python"\npython_backend = "{name}"\n'
+            f'[model_transaction_policy]\ndecoupled = {str(decoupled).lower()}\n'
+            f'[[input]]\nname = "X"\ndata_type = "TYPE_STRING"\ndims = [1]\n'
+            f'[[output]]\nname = "Y"\ndata_type = "TYPE_STRING"\ndims = [1]\n'
+            f'[[instance_group]]\ncount = {instances}\nkind = "KIND_CPU"\n[parameters]\nmax_batch = {slots}\n')
+    spec("a", False, 2, 1)   # not decoupled: its max_batch is no stream slot
+    with pytest.raises(HotpathError, match="no decoupled spec"):
+        stream_cap(tmp_path)
+    spec("b", True, 16, 2)
+    spec("c", True, 12, 1)
+    assert stream_cap(tmp_path) == 12
+    assert stream_cap() == 16   # build/text_generation.toml: 16 KV slots, one instance
 
 def test_admission_cap_is_littles_law_held_to_the_measured_concurrency(tmp_path):
     assert little_cap(466.9, 25.0) == 11 and little_cap(212.0, 60.0) == 12 and little_cap(10, 1) == 1
@@ -158,25 +176,33 @@ def test_config_parses_back_and_nginx_accepts_it(tmp_path, replicas):
         assert check_token["args"] == ["$hotpath_tenant", "=", ""] and check_token["block"][0]["args"] == ["401"]
         assert any(d["directive"].endswith("_set_header") and d["args"] == ["Authorization", ""]
                    for d in server["block"]), "the token is not passed to Triton"
-        # limit_conn only where inference calls go, capped per replica.
-        limited = [loc["args"] for loc in _find(server["block"], "location") if any(_find(loc["block"], "limit_conn"))]
-        assert len(limited) == 1 and ("infer" in limited[0][-1] or limited[0][-1] == GRPC_INFER)
-        (cap,) = _find(server["block"], "limit_conn")
-        assert cap["args"] == ["in_flight", str(8 * replicas)]
+        # limit_conn where inference calls and streams go, each on its own zone, capped per replica.
+        limited = {loc["args"][-1]: next(_find(loc["block"], "limit_conn"))["args"]
+                   for loc in _find(server["block"], "location") if any(_find(loc["block"], "limit_conn"))}
+        assert sorted(limited.values()) == [["in_flight", str(8 * replicas)], ["streams", str(4 * replicas)]]
+        assert {uri for uri, (zone, _) in limited.items() if zone == "streams"} <= {GRPC_STREAM, HTTP_STREAM}
+        # Everything not allow-listed is refused in the catch-all location.
+        (catch_all,) = [loc for loc in _find(server["block"], "location") if loc["args"] == ["/"]]
+        assert catch_all["block"] == [{"directive": "return", "args": ["403"], "line": catch_all["block"][0]["line"]}]
     assert [d["args"] for d in _find(top, "client_max_body_size")] == [[str(5 << 20)]]
     answers = {}
     for loc in _find(grpc["block"], "location"):
         if loc["args"][0].startswith("@"):
             answers[loc["args"][0]] = {d["args"][1] for d in loc["block"] if d["args"][:1] == ["grpc-status"]}
-    assert answers == {"@unauthenticated": {"16"}, "@rate_limited": {"8"}, "@too_large": {"3"},
-                       "@overloaded": {"14"}, "@unreachable": {"14"}}
+    assert answers == {"@unauthenticated": {"16"}, "@admin_only": {"7"}, "@rate_limited": {"8"},
+                       "@too_large": {"3"}, "@overloaded": {"14"}, "@streams_full": {"14"}, "@unreachable": {"14"}}
     http_codes = {loc["args"][0]: [d["args"][0] for d in loc["block"] if d["directive"] == "return"][0]
                   for loc in _find(http["block"], "location") if loc["args"][0].startswith("@")}
-    assert http_codes == {"@unauthenticated": "401", "@rate_limited": "429", "@too_large": "413",
-                          "@overloaded": "503", "@unreachable": "502"}
+    assert http_codes == {"@unauthenticated": "401", "@admin_only": "403", "@rate_limited": "429",
+                          "@too_large": "413", "@overloaded": "503", "@streams_full": "503", "@unreachable": "502"}
     pages = {tuple(d["args"]) for d in grpc["block"] if d["directive"] == "error_page"}
-    assert pages == {("401", "=", "@unauthenticated"), ("429", "=", "@rate_limited"), ("413", "=", "@too_large"),
-                     ("503", "=", "@overloaded"), ("502", "504", "=", "@unreachable")}
+    assert pages == {("401", "=", "@unauthenticated"), ("403", "=", "@admin_only"), ("429", "=", "@rate_limited"),
+                     ("413", "=", "@too_large"), ("503", "=", "@overloaded"), ("502", "504", "=", "@unreachable")}
+    # A stream location answers a full cap with its own message, and keeps every other answer.
+    (stream,) = [loc for loc in _find(grpc["block"], "location") if loc["args"][-1] == GRPC_STREAM]
+    stream_pages = {tuple(d["args"]) for d in stream["block"] if d["directive"] == "error_page"}
+    assert stream_pages == pages - {("401", "=", "@unauthenticated"), ("403", "=", "@admin_only"),
+                                    ("503", "=", "@overloaded")} | {("503", "=", "@streams_full")}
 
 
 def test_nginx_rejects_a_config_whose_token_map_is_missing(tmp_path):
@@ -206,6 +232,62 @@ def test_a_gateway_that_cannot_start_removes_its_token_map():
         with gateway:
             pass
     assert gateway.process is None and not gateway.dir.exists(), "the token map outlived a failed start"
+
+
+GRPC_ALLOWED = [*(f"/inference.GRPCInferenceService/{m}" for m in (
+    "ModelInfer", "ModelStreamInfer", "ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata",
+    "ModelConfig")), "/grpc.health.v1.Health/Check"]
+GRPC_ADMIN = [*(f"/inference.GRPCInferenceService/{m}" for m in (
+    "RepositoryIndex", "RepositoryModelLoad", "RepositoryModelUnload", "SystemSharedMemoryStatus",
+    "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister", "CudaSharedMemoryStatus", "CudaSharedMemoryRegister",
+    "CudaSharedMemoryUnregister", "TraceSetting", "LogSettings", "ModelStatistics")), "/other.Service/Call"]
+HTTP_ALLOWED = [("GET", p) for p in ("/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/m", "/v2/models/m/ready",
+                                     "/v2/models/m/versions/1", "/v2/models/m/versions/1/ready", "/v2/models/m/config",
+                                     "/v2/models/stats/ready")] + \
+    [("POST", f"/v2/models/m{v}/{call}") for v in ("", "/versions/2") for call in ("infer", "generate", "generate_stream")]
+HTTP_ADMIN = [("POST", p) for p in ("/v2/repository/index", "/v2/repository/models/m/load",
+                                    "/v2/repository/models/m/unload", "/v2/systemsharedmemory/region/r/register",
+                                    "/v2/cudasharedmemory/region/r/register", "/v2/trace/setting",
+                                    "/v2/models/m/trace/setting", "/v2/logging")] + \
+    [("GET", p) for p in ("/v2/systemsharedmemory/status", "/v2/cudasharedmemory/status", "/v2/trace/setting",
+                          "/v2/logging", "/v2/models/stats", "/v2/models/m/stats", "/v2/models/m/versions/1/stats",
+                          "/v2/models/m/infer/../../stats", "/v2/models/%73tats", "/metrics", "/v2/health/other")]
+
+
+def test_tenants_reach_only_the_allow_listed_apis(tmp_path):
+    """NGINX's own location matching, no server behind it: a call passed on meets no upstream (gRPC
+    UNAVAILABLE / HTTP 502), a refused one is answered PERMISSION_DENIED / 403 and never passed on."""
+    grpc_port, http_port, dead_grpc, dead_http = free_ports(4)
+    settings = TenantGatewaySettings(grpc_port, http_port, (f"127.0.0.1:{dead_grpc}",), (f"127.0.0.1:{dead_http}",),
+                                     TENANTS)
+    metadata = [("authorization", f"Bearer {TOKENS[0]}")]
+    with LocalGateway(settings) as gateway, grpc.insecure_channel(gateway.grpc_url) as channel:
+        def grpc_answer(path):
+            call = channel.stream_stream(path) if path.endswith("StreamInfer") else channel.unary_unary(path)
+            with pytest.raises(grpc.RpcError) as err:
+                response = call(iter([b""]) if path.endswith("StreamInfer") else b"", metadata=metadata, timeout=10)
+                list(response) if path.endswith("StreamInfer") else None
+            return err.value.code(), err.value.details()
+
+        for path in GRPC_ALLOWED:
+            assert grpc_answer(path) == (grpc.StatusCode.UNAVAILABLE, UNREACHABLE), path
+        for path in GRPC_ADMIN:
+            assert grpc_answer(path) == (grpc.StatusCode.PERMISSION_DENIED, ADMIN_ONLY), path
+
+        def http_answer(method, path):
+            request = urllib.request.Request(f"http://{gateway.http_url}{path}", method=method,
+                                             data=b"{}" if method == "POST" else None,
+                                             headers={"Authorization": f"Bearer {TOKENS[0]}"})
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(request, timeout=10)
+            return err.value.code, json.loads(err.value.read())["error"]
+
+        for method, path in HTTP_ALLOWED:
+            assert http_answer(method, path) == (502, UNREACHABLE), (method, path)
+        for method, path in HTTP_ADMIN:
+            assert http_answer(method, path) == (403, ADMIN_ONLY), (method, path)
+        refused = [e for e in gateway.log() if e.status in (403, 204) and e.grpc_status in ("7", "")]
+        assert len(refused) == len(GRPC_ADMIN) + len(HTTP_ADMIN) and not [e for e in refused if e.upstream], refused
 
 def test_access_log_lines():
     log = ("1796020000.1|204|-|-|-|0.000||16|/inference.GRPCInferenceService/ModelInfer\n"
