@@ -212,7 +212,7 @@ def write_report(result: SoakResult, targets_ms: dict[str, float], path: Path, w
 def main(argv: list[str] | None = None) -> int:
     import os
 
-    from hotpath.perf.quiet import allow_busy_default, require_quiet
+    from hotpath.perf.quiet import allow_busy_default, measure_others, require_quiet
     from hotpath.perf.slo import load_slos
     from hotpath.server.ports import ServerPorts, free_ports
     from hotpath.server.process import LocalTriton
@@ -229,11 +229,17 @@ def main(argv: list[str] | None = None) -> int:
     quiet = require_quiet(args.allow_busy)
     http, grpc, metrics = free_ports(3)
     server = LocalTriton(ports=ServerPorts(http=http, grpc=grpc, metrics=metrics), cache_bytes=args.cache_mb * 2**20)
+    during = []   # CPU of every process outside this one's tree while the load runs: was the host ours?
+    watcher = threading.Thread(target=lambda: during.append(measure_others(window_s=args.duration)), daemon=True)
     with server:
+        watcher.start()
         result = run_soak(server.grpc_url, server.process.pid, args.duration, metrics_url=server.metrics_url)
+        watcher.join(timeout=30)
     targets = {e: s.p95_ms for e, s in load_slos("cpu").items()}
     command = "python -m hotpath.perf.soak " + " ".join(argv or [])
     host = f"{os.cpu_count()} cores, before the run: {quiet.summary()}"
+    if during:
+        host += f"; during the run: {during[0].summary()}"
     report = write_report(result, targets, args.report, args.window, command.strip(), host)
     print(f"[soak] report: {report}")
     errors, lost = result.errors(), result.lost()
