@@ -193,6 +193,11 @@ def parse_pbtxt(text: str) -> mc.ModelConfig:
     return text_format.Parse(text, mc.ModelConfig())
 
 
+def instance_count(config: mc.ModelConfig) -> int:
+    """Model instances a config asks for (a group without a count has one; no group: one instance)."""
+    return sum(max(group.count, 1) for group in config.instance_group) or 1
+
+
 def read_config(model_dir: Path) -> mc.ModelConfig:
     """Read `<model_dir>/config.pbtxt`."""
     return parse_pbtxt((Path(model_dir) / "config.pbtxt").read_text())

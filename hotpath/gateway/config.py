@@ -92,6 +92,9 @@ def rate_classes(tenants: tuple[Tenant, ...]) -> list[tuple[int, int, list[str]]
     return [(rate, burst, names) for (rate, burst), names in classes.items()]
 
 
+HTTP_EXTRA = {"@unauthenticated": (d("add_header", "WWW-Authenticate", "Bearer", "always"),)}
+
+
 def _http_error(name: str, status: int, message: str, *extra: dict) -> dict:
     return d("location", name, block=[d("default_type", "application/json"), *extra,
                                        d("return", status, json.dumps({"error": message}))])
@@ -129,9 +132,14 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
         zones.append(d("limit_req", f"zone=rate_{i}", f"burst={burst}", "nodelay"))
     admit = [d("limit_conn", "in_flight", s.in_flight_cap)]
     streams = [d("limit_conn", "streams", s.streams_cap), *_error_pages("@streams_full")]
-    overloaded = OVERLOADED.format(cap=s.in_flight_cap)
-    streams_full = STREAMS_FULL.format(cap=s.streams_cap)
-    too_large = TOO_LARGE.format(limit=s.max_body_bytes)
+    # Each refusal's named location: (name, gRPC status, HTTP status, message), for both servers.
+    refusals = [("@unauthenticated", 16, 401, UNAUTHENTICATED),
+                ("@admin_only", 7, 403, ADMIN_ONLY),
+                ("@rate_limited", 8, 429, RATE_LIMITED),
+                ("@too_large", 3, 413, TOO_LARGE.format(limit=s.max_body_bytes)),
+                ("@overloaded", 14, 503, OVERLOADED.format(cap=s.in_flight_cap)),
+                ("@streams_full", 14, 503, STREAMS_FULL.format(cap=s.streams_cap)),
+                ("@unreachable", 14, 502, UNREACHABLE)]
     grpc_servers = [d("server", u) for u in s.grpc_upstreams]
     http_servers = [d("server", u) for u in s.http_upstreams]
     grpc_pass = d("grpc_pass", "grpc://triton_grpc")
@@ -161,13 +169,7 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
             d("location", "~", f"^{re.escape(GRPC_SERVICE)}({'|'.join(GRPC_OPEN)})$", block=[grpc_pass]),
             d("location", "=", GRPC_HEALTH, block=[grpc_pass]),
             d("location", "/", block=[d("return", 403)]),
-            grpc_error("@unauthenticated", 16, UNAUTHENTICATED),
-            grpc_error("@admin_only", 7, ADMIN_ONLY),
-            grpc_error("@rate_limited", 8, RATE_LIMITED),
-            grpc_error("@too_large", 3, too_large),
-            grpc_error("@overloaded", 14, overloaded),
-            grpc_error("@streams_full", 14, streams_full),
-            grpc_error("@unreachable", 14, UNREACHABLE),
+            *[grpc_error(name, grpc_status, message) for name, grpc_status, _, message in refusals],
         ]),
         d("server", block=[
             d("listen", f"127.0.0.1:{s.http_port}"),
@@ -179,13 +181,7 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
             d("location", "~", HTTP_STREAM, block=[*streams, d("proxy_buffering", "off"), proxy_pass]),
             *[d("location", "~", pattern, block=[proxy_pass]) for pattern in HTTP_OPEN],
             d("location", "/", block=[d("return", 403)]),
-            _http_error("@unauthenticated", 401, UNAUTHENTICATED, d("add_header", "WWW-Authenticate", "Bearer",
-                                                                      "always")),
-            _http_error("@admin_only", 403, ADMIN_ONLY),
-            _http_error("@rate_limited", 429, RATE_LIMITED),
-            _http_error("@too_large", 413, too_large),
-            _http_error("@overloaded", 503, overloaded),
-            _http_error("@streams_full", 503, streams_full),
-            _http_error("@unreachable", 502, UNREACHABLE),
+            *[_http_error(name, http_status, message, *HTTP_EXTRA.get(name, ()))
+              for name, _, http_status, message in refusals],
         ]),
     ], LOG_FIELDS)

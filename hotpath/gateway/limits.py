@@ -19,6 +19,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hotpath import paths
+from hotpath.config import instance_count
 from hotpath.errors import HotpathError
 from hotpath.perf.slo import load_slos
 from hotpath.spec import load_specs
@@ -40,8 +41,7 @@ def max_body_bytes(spec_dir: Path | None = None) -> int:
 
 def stream_cap(spec_dir: Path | None = None) -> int:
     """Streams per replica: the fewest any decoupled spec serves at once (`max_batch` x its instances)."""
-    caps = [int(spec.config.parameters[STREAM_SLOTS_PARAMETER].string_value)
-            * max(1, sum(group.count or 1 for group in spec.config.instance_group))
+    caps = [int(spec.config.parameters[STREAM_SLOTS_PARAMETER].string_value) * instance_count(spec.config)
             for spec in load_specs(spec_dir or paths.model_specs_dir())
             if spec.config.model_transaction_policy.decoupled and STREAM_SLOTS_PARAMETER in spec.config.parameters]
     if not caps:

@@ -20,13 +20,12 @@ import tritonclient.grpc as grpcclient
 from hotpath import paths
 from hotpath.client import text_input
 from hotpath.perf.open_loop import OpenLoopResult, run_open_loop
-from hotpath.perf.payloads import jpeg_photo, short_texts
+from hotpath.perf.endpoints import get_endpoint
 from hotpath.server.stubs import rss_mb
 
 # Offered load per endpoint on the 2-core CPU profile: the endpoints together at about half of what
 # the host sustains (each one's capacity_per_s in perf/slo.toml is measured alone).
 DEFAULT_RATES = {"text_embedding": 150.0, "text_embedding_exact": 30.0, "image_classification": 40.0}
-INPUT = {"text_embedding": "TEXT", "text_embedding_exact": "TEXT", "image_classification": "IMAGE"}
 
 
 def unique_jpeg(base: bytes, i: int) -> bytes:
@@ -35,13 +34,13 @@ def unique_jpeg(base: bytes, i: int) -> bytes:
     return base[:2] + b"\xff\xfe" + (len(comment) + 2).to_bytes(2, "big") + comment + base[2:]
 
 
-def request_maker(endpoint: str):
-    """i -> the inputs of the endpoint's i-th request, unique per i."""
-    if INPUT[endpoint] == "IMAGE":
-        base = jpeg_photo()
-        return lambda i: [text_input("IMAGE", [unique_jpeg(base, i)])]
-    texts = short_texts()
-    return lambda i: [text_input("TEXT", [f"{texts[i % len(texts)]} (soak request {i})"])]
+def request_maker(endpoint: str, input_name: str):
+    """i -> the inputs of the endpoint's i-th request, unique per i, from the perf registry's samples
+    (texts get a suffix, images a JPEG comment)."""
+    samples = get_endpoint(endpoint).samples()
+    if isinstance(samples[0], bytes):
+        return lambda i: [text_input(input_name, [unique_jpeg(samples[i % len(samples)], i)])]
+    return lambda i: [text_input(input_name, [f"{samples[i % len(samples)]} (soak request {i})"])]
 
 
 @dataclass
@@ -115,9 +114,11 @@ def run_soak(url: str, server_pid: int, duration_s: float, rates: dict[str, floa
     """Offer `rates` (requests/s per endpoint) together for `duration_s`, sampling RSS every `sample_s`."""
     rates = rates or DEFAULT_RATES
     result = SoakResult(duration_s, dict(rates))
+    makers = {}
     with grpcclient.InferenceServerClient(url) as client:  # one warm request each: first-shape costs
         for endpoint in rates:
-            client.infer(endpoint, request_maker(endpoint)(-1))
+            makers[endpoint] = request_maker(endpoint, client.get_model_metadata(endpoint).inputs[0].name)
+            client.infer(endpoint, makers[endpoint](-1))
     stop = threading.Event()
     started = time.monotonic()
 
@@ -129,7 +130,7 @@ def run_soak(url: str, server_pid: int, duration_s: float, rates: dict[str, floa
                 return
 
     def drive(endpoint: str):
-        result.runs[endpoint] = run_open_loop(url, endpoint, request_maker(endpoint), rates[endpoint],
+        result.runs[endpoint] = run_open_loop(url, endpoint, makers[endpoint], rates[endpoint],
                                               duration_s, prebuild=False, raise_unanswered=False)
 
     sampler = threading.Thread(target=sample, daemon=True)

@@ -20,7 +20,3 @@ def load_config(client: grpcclient.InferenceServerClient, model: str, config: mc
     client.load_model(model, config=json_format.MessageToJson(config, preserving_proto_field_name=True),
                       headers=admin_headers())
 
-
-def instance_count(config: mc.ModelConfig) -> int:
-    """Model instances a config asks for (CPU groups; what a local server starts one stub each for)."""
-    return sum(max(group.count, 1) for group in config.instance_group) or 1

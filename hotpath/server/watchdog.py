@@ -25,7 +25,8 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath.health.probe import ProbeResult, endpoints, probe, read_configs
-from hotpath.server.model_control import instance_count, load_config, served_config
+from hotpath.config import instance_count
+from hotpath.server.model_control import load_config, served_config
 from hotpath.server.process import LocalTriton
 from hotpath.server.stubs import stub_census
 
