@@ -112,6 +112,18 @@ def validate(spec: ModelSpec) -> None:
     _check_warmup(spec)
     if spec.kind == "ensemble" and not cfg.ensemble_scheduling.step:
         raise spec.error("ensemble_scheduling.step", "an ensemble needs at least one step")
+    if spec.kind == "onnx" and any(t.data_type == mc.TYPE_STRING for t in cfg.input):
+        # Triton's native onnxruntime backend validates nothing per request and runs a dynamic batch as
+        # one call: one bad or huge text would fail or stall every request batched with it.
+        raise spec.error("input", "an ONNX model may not take TYPE_STRING inputs: text is decoded, bounded and "
+                         "validated per request in a Python step in front of it (python_backends/)")
+    if cfg.response_cache.enable and spec.kind != "ensemble":
+        # Triton core (2.51 and still on main) inserts every response of a dynamically batched model into
+        # the cache, errors included (DynamicBatchScheduler::DelegateResponse), and replays a cached error
+        # as a success with no outputs; the ensemble scheduler caches successes only.
+        raise spec.error("response_cache.enable", "only an ensemble may enable the response cache: tritonserver "
+                         "caches a single model's error responses and replays them as empty successes; "
+                         "put the model behind an ensemble and enable the cache there")
 
 
 def _same_shape(a: Iterable[int], b: Iterable[int]) -> bool:

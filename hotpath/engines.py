@@ -103,6 +103,7 @@ def _build_onnx(spec: ModelSpec, version_dir: Path, force: bool, log: Log) -> tu
     if not force and is_fresh(version_dir, digest):
         log(f"  skip export: weights, export code, versions and tensor spec unchanged (fingerprint {digest[:12]})")
         return "skipped", {}
+    version_dir.mkdir(parents=True, exist_ok=True)
     report = exporter.export(spec, version_dir, lambda m: log(f"  {m}"))
     write_stamp(version_dir, digest, report.files, report.metrics)
     return "built", report.metrics

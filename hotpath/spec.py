@@ -32,7 +32,8 @@ HOTPATH_KEYS = {
              "warmup_files"},
     # A Python model may also own exported files (written to <version>/export/ by its exporter).
     # warmup_files: {file name: asset ref}, written to <model>/warmup/ for model_warmup input_data_file.
-    "python": {"kind", "python_backend", "assets", "exporter", "parity_atol", "opset", "warmup_files"},
+    "python": {"kind", "python_backend", "assets", "exporter", "parity_atol", "parity_min_cosine", "opset",
+               "warmup_files"},
     "ensemble": {"kind"},
 }
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from hotpath.exporters.base import Exporter, ExportReport
 from hotpath.exporters.image_classifier import ImageClassifierExporter
+from hotpath.exporters.sentence_embedder import SentenceEmbedderExporter
 from hotpath.exporters.sentence_encoder import SentenceEncoderExporter
-from hotpath.exporters.tokenized_encoder import TokenizedEncoderExporter
 from hotpath.exporters.smollm2 import SmolLM2Exporter
 
 EXPORTERS: dict[str, type[Exporter]] = {
     SentenceEncoderExporter.name: SentenceEncoderExporter,
-    TokenizedEncoderExporter.name: TokenizedEncoderExporter,
+    SentenceEmbedderExporter.name: SentenceEmbedderExporter,
     ImageClassifierExporter.name: ImageClassifierExporter,
     SmolLM2Exporter.name: SmolLM2Exporter,
 }

@@ -14,8 +14,10 @@ def run_batched(run: Callable[[Feeds], list[np.ndarray]], output_names: list[str
     """One `run` call per group of requests whose inputs agree in per-item shape.
 
     Triton's dynamic batcher only groups same-shaped requests, so this is normally one call; the
-    grouping keeps odd batches (e.g. warmup) correct. When a batched call fails, its requests are
-    retried one by one, so a single malformed request fails alone.
+    grouping keeps odd batches (e.g. warmup) correct. A failed call fails every request of its group,
+    as Triton's native onnxruntime backend does with a batch: the local stand-in for that backend must
+    not isolate requests that production would not (input validation belongs in the Python step in
+    front of a native model).
     """
     results: list[Feeds | Exception] = [None] * len(requests)  # type: ignore[list-item]
     groups: dict[tuple, list[int]] = {}
@@ -31,7 +33,7 @@ def run_batched(run: Callable[[Feeds], list[np.ndarray]], output_names: list[str
             outputs = run(batch)
         except Exception as exc:
             for i in members:
-                results[i] = exc if len(members) == 1 else run_batched(run, output_names, [requests[i]])[0]
+                results[i] = exc
             continue
         offsets = np.cumsum([0] + sizes)
         for k, i in enumerate(members):

@@ -21,18 +21,6 @@ def make_session(model_path: Path | str, intra_op_threads: int = 0, inter_op_thr
     options.add_session_config_entry("session.intra_op.allow_spinning", "1" if allow_spinning else "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "1" if allow_spinning else "0")
     for library in op_libraries:
-        options.register_custom_ops_library(local_op_library(library))
+        options.register_custom_ops_library(library)
     return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
 
-
-def local_op_library(filename: str) -> str:
-    """Where a config's `model_operations.op_library_filename` lives in this Python environment.
-
-    Production configs name the onnxruntime-extensions library at its path in the container; here the
-    same library comes with the onnxruntime-extensions wheel, so that name maps onto the wheel's copy.
-    """
-    if "ortextensions" in Path(filename).name:
-        from onnxruntime_extensions import get_library_path
-
-        return get_library_path()
-    return filename

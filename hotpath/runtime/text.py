@@ -78,3 +78,25 @@ def text_limits(params: dict[str, str]) -> dict[str, int | None]:
     """decode_utf8's limits from a model's config parameters (`max_text_bytes`, `max_text_chars`)."""
     return {"max_bytes": int(params["max_text_bytes"]) if "max_text_bytes" in params else None,
             "max_chars": int(params["max_text_chars"]) if "max_text_chars" in params else None}
+
+
+def gather_texts(arrays: Sequence[np.ndarray], limits: dict[str, int | None]
+                 ) -> tuple[list[str], list[tuple[int, int] | None], list[str | None]]:
+    """The TEXT tensors of one execute()'s requests -> all their texts, each request's span in that list,
+    and each request's input error (None when fine), so one bad request fails alone."""
+    texts: list[str] = []
+    spans: list[tuple[int, int] | None] = []
+    errors: list[str | None] = []
+    for values in arrays:
+        try:
+            if values.ndim != 2 or values.shape[1] != 1:
+                raise TextInputError(f"TEXT must have shape [batch, 1], got {list(values.shape)}")
+            batch = decode_utf8(values, **limits)
+        except TextInputError as exc:
+            errors.append(str(exc))
+            spans.append(None)
+            continue
+        errors.append(None)
+        spans.append((len(texts), len(texts) + len(batch)))
+        texts.extend(batch)
+    return texts, spans, errors

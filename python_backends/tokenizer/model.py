@@ -11,7 +11,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from hotpath.runtime.backend_args import parameters, version_dir
-from hotpath.runtime.text import decode_utf8, encode, load_tokenizer, text_limits
+from hotpath.runtime.text import encode, gather_texts, load_tokenizer, text_limits
 from hotpath.runtime.timing import ExecuteLog, timed
 
 OUTPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -28,26 +28,14 @@ class TritonPythonModel:
 
     @timed
     def execute(self, requests):
-        texts, spans, errors = [], [], []
-        for request in requests:
-            values = pb_utils.get_input_tensor_by_name(request, "TEXT").as_numpy()
-            try:
-                if values.ndim != 2 or values.shape[1] != 1:
-                    raise ValueError(f"TEXT must have shape [batch, 1], got {list(values.shape)}")
-                batch = decode_utf8(values, **self.limits)
-            except ValueError as exc:
-                errors.append(pb_utils.TritonError(f"tokenizer: {exc}", pb_utils.TritonError.INVALID_ARG))
-                spans.append(None)
-                continue
-            errors.append(None)
-            spans.append((len(texts), len(texts) + len(batch)))
-            texts.extend(batch)
-
+        texts, spans, errors = gather_texts(
+            [pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy() for r in requests], self.limits)
         encoded = encode(self.tokenizer, texts) if texts else {}
         responses = []
         for span, error in zip(spans, errors):
             if error is not None:
-                responses.append(pb_utils.InferenceResponse(error=error))
+                responses.append(pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError(f"tokenizer: {error}", pb_utils.TritonError.INVALID_ARG)))
                 continue
             start, stop = span
             responses.append(pb_utils.InferenceResponse(

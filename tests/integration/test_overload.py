@@ -55,7 +55,7 @@ INPUT = {"text_embedding": "TEXT", "text_embedding_exact": "TEXT", "image_classi
 def _worst_cases(model):
     """(payload, refused?) for the endpoint: the oversized input and the largest one its limits admit."""
     if INPUT[model] == "TEXT":
-        step = "text_embedding" if model == "text_embedding" else "tokenizer"
+        step = "sentence_embedder" if model == "text_embedding" else "tokenizer"
         max_chars = _param(step, "max_text_chars")
         return [(("x" * 10_000_000).encode(), True), ("語" * max_chars, False)]  # CJK: one token per character
     # Noise PNG (incompressible, ~3 bytes per pixel): the largest that both the pixel and byte limits admit.

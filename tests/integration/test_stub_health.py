@@ -25,7 +25,7 @@ from hotpath.server.watchdog import Watchdog
 # Which endpoint's requests go through each model with a Python stub (on this server the ONNX models
 # run in the Python ORT runner, so they have stubs too).
 ENDPOINT_OF = {"tokenizer": "text_embedding_exact", "text_encoder": "text_embedding_exact",
-               "text_embedding": "text_embedding", "image_preprocess": "image_classification",
+               "sentence_embedder": "text_embedding", "image_preprocess": "image_classification",
                "image_classifier": "image_classification", "text_generation": "text_generation"}
 
 

@@ -73,4 +73,5 @@ def test_a_hung_endpoint_restarts_what_serves_it(configs):
     from hotpath.server.watchdog import endpoint_models
 
     assert endpoint_models(configs["text_embedding_exact"]) == ["tokenizer", "text_encoder"]
-    assert endpoint_models(configs["text_embedding"]) == ["text_embedding"]
+    assert endpoint_models(configs["text_embedding"]) == ["sentence_embedder"]
+    assert endpoint_models(configs["text_generation"]) == ["text_generation"]

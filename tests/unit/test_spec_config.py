@@ -129,3 +129,26 @@ def test_warmup_files_are_written_as_serialized_bytes_tensors(tmp_path):
         assert item == resolve_asset(ref, spec).read_bytes()
     assert not _write_warmup_files(spec, tmp_path, lambda m: None), "unchanged files are not rewritten"
     np.testing.assert_equal(len(list((tmp_path / WARMUP_DIR).iterdir())), len(files))
+
+
+def test_a_single_model_may_not_enable_the_response_cache():
+    # tritonserver caches a single model's error responses and replays them as empty successes.
+    data = copy.deepcopy(ENCODER)
+    data["response_cache"] = {"enable": True}
+    with pytest.raises(SpecError) as info:
+        validate(spec_from_dict(data, "text_encoder"))
+    assert info.value.field == "response_cache.enable" and "ensemble" in str(info.value)
+    cached = [s.name for s in SPECS if s.config.response_cache.enable]
+    assert cached and all(s.kind == "ensemble" for s in SPECS if s.config.response_cache.enable), cached
+
+
+def test_an_onnx_model_may_not_take_text():
+    # The native onnxruntime backend validates nothing per request: text goes through a Python step.
+    data = copy.deepcopy(ENCODER)
+    data["input"] = [{"name": "TEXT", "data_type": "TYPE_STRING", "dims": [1]}]
+    with pytest.raises(SpecError) as info:
+        validate(spec_from_dict(data, "text_encoder"))
+    assert info.value.field == "input" and "Python step" in str(info.value)
+    for spec in SPECS:   # so every text input of the repository is validated by hotpath's own code
+        if any(t.data_type == 13 for t in spec.config.input):   # TYPE_STRING
+            assert spec.kind in ("python", "ensemble"), spec.name

@@ -1,0 +1,128 @@
+"""all-MiniLM-L6-v2 for the one-step text endpoint: the pooled encoder graph plus gates against the
+reference pipeline (sentence-transformers: its tokenizer, the encoder, mean pooling, normalize).
+
+The served model tokenizes with HF `tokenizers` on the model's own tokenizer.json (the tokenizer
+sentence-transformers uses) and runs this graph; the build checks both halves on the multilingual
+parity corpus (hotpath.exporters.parity_corpus, ~5,000 texts in every script):
+- token ids of the served tokenizer settings equal the reference's on every text (any mismatch fails);
+- served embeddings (batched and padded as served) against SentenceTransformer.encode on a sample of
+  the corpus that includes every edge case: cosine >= `parity_min_cosine` on every text.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hotpath.errors import BuildError
+from hotpath.exporters.base import ExportReport, Log
+from hotpath.exporters.parity_corpus import EDGE_CASES, multilingual_corpus, script_of
+from hotpath.exporters.sentence_encoder import INPUT_NAMES, SentenceEncoderExporter, export_pooled_encoder, minilm_dir
+from hotpath.spec import ModelSpec
+
+EMBEDDING_SAMPLE = 600      # corpus texts embedded by both pipelines at build time (every edge case included)
+BATCH = 16                  # served batches: padded to their longest text, as one execute() does
+
+
+def reference_model():
+    """sentence-transformers' own pipeline for all-MiniLM-L6-v2, from the registry package (offline)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(minilm_dir()), device="cpu")
+
+
+def embedding_sample(corpus: list[str], size: int = EMBEDDING_SAMPLE) -> list[str]:
+    """Every edge case plus an even spread over the rest of the corpus."""
+    rest = corpus[len(EDGE_CASES):]
+    step = max(1, len(rest) // max(1, size - len(EDGE_CASES)))
+    return EDGE_CASES + rest[::step][: size - len(EDGE_CASES)]
+
+
+def token_mismatches(tokenizer, reference, texts: list[str], max_length: int) -> list[str]:
+    """Texts whose served token ids (padding dropped) differ from the reference tokenizer's."""
+    from hotpath.runtime.text import encode
+
+    ours = encode(tokenizer, texts)
+    ref = reference(texts, truncation=True, max_length=max_length)["input_ids"]
+    return [t for t, ids, mask, r in zip(texts, ours["input_ids"], ours["attention_mask"], ref)
+            if ids[mask.astype(bool)].tolist() != list(r)]
+
+
+def served_embeddings(tokenizer, session, texts: list[str], batch: int = BATCH) -> np.ndarray:
+    """Embeddings as the served model computes them: one tokenizer call and one run per batch."""
+    from hotpath.runtime.text import encode
+
+    out = []
+    for i in range(0, len(texts), batch):
+        feeds = encode(tokenizer, texts[i:i + batch])
+        out.append(session.run(None, {n: feeds[n] for n in INPUT_NAMES})[0])
+    return np.concatenate(out)
+
+
+class SentenceEmbedderExporter(SentenceEncoderExporter):
+    name = "minilm_embedder"
+
+    def code_files(self) -> list[Path]:
+        import hotpath.exporters.parity_corpus as corpus
+        import hotpath.exporters.sentence_encoder as enc
+        import hotpath.runtime.text as text
+
+        return [*super().code_files(), Path(enc.__file__), Path(corpus.__file__), Path(text.__file__)]
+
+    def versions(self) -> dict[str, str]:
+        from importlib.metadata import version
+
+        return {**super().versions(), **{p: version(p) for p in ("tokenizers", "sentence-transformers", "faker")}}
+
+    def export(self, spec: ModelSpec, version_dir: Path, log: Log) -> ExportReport:
+        import onnx
+
+        from hotpath.runtime.ort_session import make_session
+        from hotpath.runtime.text import load_tokenizer
+
+        opset = int(spec.hotpath.get("opset", 17))
+        min_cosine = float(spec.hotpath.get("parity_min_cosine", 0.9999))
+        max_length = int(spec.config.parameters["max_length"].string_value)
+        pad = int(spec.config.parameters["pad_to_multiple_of"].string_value or 0) \
+            if "pad_to_multiple_of" in spec.config.parameters else 0
+        tmp_path = version_dir / "model.onnx.tmp"
+        export_pooled_encoder(tmp_path, opset, "embedding", log)
+        onnx.checker.check_model(str(tmp_path), full_check=True)
+        try:
+            metrics = self._gates(tmp_path, max_length, pad, min_cosine, load_tokenizer, make_session, log)
+        except BuildError as exc:
+            tmp_path.unlink(missing_ok=True)
+            raise BuildError(f"{spec.name}: {exc}") from None
+        tmp_path.replace(version_dir / "model.onnx")
+        return ExportReport(files=["model.onnx"], metrics={**metrics, "opset": opset})
+
+    def _gates(self, onnx_path, max_length, pad, min_cosine, load_tokenizer, make_session, log) -> dict:
+        t0 = time.perf_counter()
+        corpus = multilingual_corpus()
+        reference = reference_model()
+        if reference.max_seq_length != max_length:
+            raise BuildError(f"max_length {max_length} != the reference's max_seq_length {reference.max_seq_length}")
+        tokenizer = load_tokenizer(minilm_dir() / "tokenizer.json", max_length, pad or None)
+        bad = token_mismatches(tokenizer, reference.tokenizer, corpus, max_length)
+        log(f"token ids vs sentence-transformers' tokenizer on the parity corpus: "
+            f"{len(corpus) - len(bad)}/{len(corpus)} equal ({time.perf_counter() - t0:.1f}s)")
+        if bad:
+            raise BuildError(f"served token ids differ from the reference on {len(bad)} of {len(corpus)} texts, "
+                             f"e.g. {bad[:3]!r}")
+        t0 = time.perf_counter()
+        sample = embedding_sample(corpus)
+        ref = reference.encode(sample, batch_size=BATCH, normalize_embeddings=True, convert_to_numpy=True)
+        got = served_embeddings(tokenizer, make_session(onnx_path, intra_op_threads=2), sample)
+        cos = (ref * got).sum(axis=1)
+        worst = int(np.argmin(cos))
+        log(f"embeddings vs SentenceTransformer.encode on {len(sample)} texts: min cosine {cos.min():.6f} "
+            f"(floor {min_cosine}; worst: {script_of(sample[worst])} {sample[worst][:30]!r}), "
+            f"mean {cos.mean():.6f} ({time.perf_counter() - t0:.1f}s)")
+        if not cos.min() >= min_cosine:
+            raise BuildError(f"cosine {cos.min():.6f} < {min_cosine} against the reference on {sample[worst][:60]!r}")
+        return {"parity_corpus": len(corpus), "token_mismatches": 0, "embedding_sample": len(sample),
+                "min_cosine": float(cos.min()), "mean_cosine": float(cos.mean())}
