@@ -48,13 +48,22 @@ if [ -n "${HOTPATH_TRACE_OTLP_URL:-}" ]; then
 fi
 
 # Ready only when every model is; drain in-flight requests for up to HOTPATH_EXIT_TIMEOUT_SECS after
-# SIGTERM; no model loading over the API; configs exactly as written.
-exec "$TRITONSERVER" "${startup_args[@]}" \
-  --http-port="${HTTP_PORT:-8000}" --grpc-port="${GRPC_PORT:-8001}" --metrics-port="${METRICS_PORT:-8002}" \
-  --strict-readiness=true --exit-on-error=true --exit-timeout-secs="${HOTPATH_EXIT_TIMEOUT_SECS:-30}" \
-  --model-control-mode=none --disable-auto-complete-config \
-  --http-restricted-api="${RESTRICTED_APIS}:admin-key=${ADMIN_KEY}" \
-  --grpc-restricted-protocol="${RESTRICTED_APIS}:admin-key=${ADMIN_KEY}" \
-  --cache-config="local,size=${RESPONSE_CACHE_BYTES:-268435456}" \
-  --metrics-config=summary_latencies=true "${trace_args[@]}" \
-  "$@"
+# SIGTERM; configs exactly as written. Explicit model control so that the watchdog can reload a model
+# whose Python stub died (the repository API stays behind the admin key).
+server=("$TRITONSERVER" "${startup_args[@]}"
+  --http-port="${HTTP_PORT:-8000}" --grpc-port="${GRPC_PORT:-8001}" --metrics-port="${METRICS_PORT:-8002}"
+  --strict-readiness=true --exit-on-error=true --exit-timeout-secs="${HOTPATH_EXIT_TIMEOUT_SECS:-30}"
+  --model-control-mode=explicit --load-model='*' --disable-auto-complete-config
+  --http-restricted-api="${RESTRICTED_APIS}:admin-key=${ADMIN_KEY}"
+  --grpc-restricted-protocol="${RESTRICTED_APIS}:admin-key=${ADMIN_KEY}"
+  --cache-config="local,size=${RESPONSE_CACHE_BYTES:-268435456}"
+  --metrics-config=summary_latencies=true "${trace_args[@]}"
+  "$@")
+# hotpath.server.supervise runs tritonserver under hotpath's watchdog (the one `hotpath serve` runs): a
+# dead or hung stub's model is reloaded; when tritonserver exits or a reload fails it exits with it, so
+# the orchestrator restarts the container. HOTPATH_WATCHDOG=0: exec tritonserver alone.
+if [ "${HOTPATH_WATCHDOG:-1}" = "0" ]; then
+  exec "${server[@]}"
+fi
+export HOTPATH_ADMIN_KEY="$ADMIN_KEY"   # the watchdog's reloads need it; supervise keeps it from tritonserver
+exec "$PYTHON" -m hotpath.server.supervise -- "${server[@]}"

@@ -82,6 +82,10 @@ def _value(config: mc.ModelConfig, tensor: mc.ModelInput, seed: int):
         return 1
     if tensor.optional:
         return None
+    if tensor.data_type in (mc.TYPE_FP16, mc.TYPE_FP32, mc.TYPE_FP64):
+        return float(seed)   # unique per call, like the texts: no cached answer for a dead model
+    if tensor.data_type in (mc.TYPE_INT8, mc.TYPE_INT16, mc.TYPE_INT32, mc.TYPE_INT64, mc.TYPE_UINT8, mc.TYPE_BOOL):
+        return 0             # ids, indices, pixels, flags: 0 is valid where larger values may not be
     raise ProbeError(f"{config.name}: the probe has no value for required input {tensor.name}")
 
 

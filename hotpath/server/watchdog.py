@@ -8,7 +8,9 @@ Triton 2.51 neither restarts a killed stub nor marks its model unready. Two thre
   error naming an unhealthy stub restarts that model; an endpoint that times out on two probes in a
   row (a hung stub) has its models restarted.
 A restart reloads the model through explicit model control with a forcing config change (Triton keeps
-the existing instances when a load changes nothing). If tritonserver itself exits, it is restarted.
+the existing instances when a load changes nothing). If tritonserver itself exits, it is restarted
+(`hotpath serve`), or, with `restart_server=False`, left to whoever supervises it (the container's
+hotpath.server.supervise exits with it, and the orchestrator restarts the container).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import model_config_pb2 as mc
@@ -27,8 +29,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 from hotpath.health.probe import ProbeResult, endpoints, probe, read_configs
 from hotpath.config import instance_count
 from hotpath.server.model_control import load_config, served_config
-from hotpath.server.process import LocalTriton
 from hotpath.server.stubs import stub_census
+
+if TYPE_CHECKING:   # the container runs the watchdog without the local-server modules
+    from hotpath.server.process import LocalTriton
 
 _UNHEALTHY_STUB = re.compile(r"Stub process '([^']+)' is not healthy")
 # A forcing change: a parameter no backend reads, set to the restart time.
@@ -66,20 +70,26 @@ class Recovery:
 
 @dataclass
 class Watchdog:
-    """Background threads guarding one LocalTriton (started with model_control='explicit')."""
-    server: LocalTriton
+    """Background threads guarding one server started with model_control='explicit': a LocalTriton, or
+    anything with its `process`, `grpc_url`, `model_control`, `repository`, `log_tail()` (and `stop()` /
+    `start()` when `restart_server`)."""
+    server: "LocalTriton"
     repository: Path | None = None
     census_s: float = 0.5
     probe_s: float = 5.0
     probe_timeout_s: float = 5.0
     log: Callable[[str], None] = print
+    restart_server: bool = True
     recoveries: list[Recovery] = field(default_factory=list)
 
     def __post_init__(self):
         self._stop = threading.Event()
         self._lock = threading.Lock()   # one recovery at a time, and never during stop()
         self._threads: list[threading.Thread] = []
-        self._endpoints = endpoints(read_configs(self.repository or self.server.repository))
+        configs = read_configs(self.repository or self.server.repository)
+        self._endpoints = endpoints(configs)
+        # Python models have stubs; a stub that is not up yet when watching starts must count too.
+        self._python_models = {name for name, c in configs.items() if c.backend == "python"}
         self._expected: dict[str, int] = {}
         self._deficits: Counter = Counter()
         self._timeouts: Counter = Counter()
@@ -88,7 +98,7 @@ class Watchdog:
         if self.server.model_control != "explicit":
             raise ValueError("the watchdog restarts models through explicit model control: "
                              "start the server with model_control='explicit'")
-        self._refresh_expected(set(stub_census(self.server.process.pid)))
+        self._refresh_expected(set(stub_census(self.server.process.pid)) | self._python_models)
         self._threads = [threading.Thread(target=self._loop, args=(self._census_round, self.census_s),
                                           name="hotpath-watchdog-census", daemon=True),
                          threading.Thread(target=self._loop, args=(self._probe_round, self.probe_s),
@@ -120,7 +130,8 @@ class Watchdog:
             return   # a recovery is in progress: its stubs are coming and going
         seen_at = time.monotonic()
         if self.server.process.poll() is not None:
-            self._restart_server()
+            if self.restart_server:
+                self._restart_server()
             return
         census = stub_census(self.server.process.pid)
         # Expected counts come from the served configs, re-read only when they disagree with the census
@@ -183,6 +194,11 @@ class Watchdog:
                         load_config(client, model, config)
             except Exception as exc:  # noqa: BLE001 - a failed reload falls back to a server restart
                 recovery.error = str(exc)
+                if not self.restart_server:
+                    self.log(f"[watchdog] reloading {', '.join(models)} failed ({exc}); stopping tritonserver "
+                             f"so that its supervisor restarts it")
+                    self.server.process.terminate()
+                    return
                 self.log(f"[watchdog] reloading {', '.join(models)} failed ({exc}); restarting tritonserver")
                 self._restart_server(locked=True)
                 return

@@ -83,15 +83,16 @@ def test_entrypoint_serves_the_fallback_without_gpu_and_restricts_admin_apis(ser
     np.testing.assert_array_equal(client.infer("scaler", [inp]).as_numpy("Y"), x * 2)
     assert client.is_model_ready("echo")
     client.close()  # an open keep-alive connection would hold the drain below until its timeout
-    # Model control is off and the repository API needs the admin key.
+    # The repository API (explicit model control, for the watchdog's reloads) needs the admin key.
     assert _request(f"{base}/v2/repository/index", "POST") == 403
     assert _request(f"{base}/v2/repository/index", "POST", {"admin-key": "s3cret"}) == 200
-    assert _request(f"{base}/v2/repository/models/echo/unload", "POST", {"admin-key": "s3cret"}) != 200
+    assert _request(f"{base}/v2/repository/models/echo/unload", "POST") == 403
     assert _request(f"{base}/v2/systemsharedmemory/status") == 403
     assert _request(f"{base}/v2/models/stats") == 403   # the list of hotpath.server.admin.RESTRICTED
     assert _request(f"{base}/v2/models/stats", headers={"admin-key": "s3cret"}) == 200
     assert _request(f"{base}/v2/models/scaler/config") == 200
-    # SIGTERM reaches tritonserver itself (exec): it drains within HOTPATH_EXIT_TIMEOUT_SECS and exits 0.
+    # SIGTERM reaches tritonserver (the supervisor forwards it): it drains within HOTPATH_EXIT_TIMEOUT_SECS
+    # and exits 0, and so does the container's main process.
     os.killpg(proc.pid, signal.SIGTERM)
     code = proc.wait(timeout=30)
     out = proc.stdout.read()
@@ -125,3 +126,56 @@ def test_entrypoint_fails_fast_when_a_plan_only_model_meets_no_gpu(tmp_path):
     assert "Started GRPCInferenceService" not in out and time.monotonic() - t0 < 30
     assert not (tmp_path / "cache" / "tritonserver.args").exists()
     json.loads((repo / "scaler" / "configs" / "tensorrt.build.json").read_text())  # the recipe it judged by
+
+
+def _tritonserver_pid(proc) -> int:
+    import psutil
+
+    (server,) = [c for c in psutil.Process(proc.pid).children(recursive=True) if c.name() == "tritonserver"]
+    return server.pid
+
+
+def _echo(client) -> bool:
+    x = np.ones((1, 4), dtype=np.float32)
+    inp = httpclient.InferInput("X", [1, 4], "FP32")
+    inp.set_data_from_numpy(x)
+    try:
+        return bool((client.infer("echo", [inp]).as_numpy("Y") == 2).all())
+    except Exception:  # noqa: BLE001 - a failed request is what is counted
+        return False
+
+
+def test_a_killed_stub_is_repaired_under_the_entrypoint(served):
+    """The container runs tritonserver under hotpath's watchdog (hotpath.server.supervise): a stub killed
+    with SIGKILL is found by the census and its model reloaded, with no restart of the container."""
+    from hotpath.server.stubs import stub_pids
+
+    proc, ports, base = served
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{ports[0]}")
+    assert _echo(client)
+    server_pid = _tritonserver_pid(proc)
+    (stub,) = stub_pids(server_pid, "echo")
+    os.kill(stub, signal.SIGKILL)
+    killed_at, failed, sent, recovered_at = time.monotonic(), 0, 0, None
+    while recovered_at is None and time.monotonic() - killed_at < 60:
+        sent += 1
+        if not _echo(client):
+            failed += 1
+        elif [p for p in stub_pids(server_pid, "echo") if p != stub]:
+            recovered_at = time.monotonic()   # answered by the reloaded model's new stub
+        time.sleep(0.05)
+    client.close()
+    if recovered_at is None:
+        _kill(proc)
+        pytest.fail(f"echo never answered from a new stub ({failed} of {sent} failed):\n{proc.stdout.read()[-4000:]}")
+    assert proc.poll() is None and _tritonserver_pid(proc) == server_pid, "repaired in place, not restarted"
+    print(f"stub killed: {failed} of {sent} requests failed; serving again after {recovered_at - killed_at:.1f}s")
+    assert recovered_at - killed_at < 30
+
+
+def test_the_container_exits_when_tritonserver_dies(served):
+    """What the watchdog cannot repair ends the container (its orchestrator starts a new one)."""
+    proc, _, _ = served
+    os.kill(_tritonserver_pid(proc), signal.SIGKILL)
+    assert proc.wait(timeout=30) == 128 + signal.SIGKILL
+    assert "exiting so that the orchestrator restarts the container" in proc.stdout.read()

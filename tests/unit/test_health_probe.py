@@ -37,10 +37,15 @@ def test_probe_inputs_are_unique_valid_and_cheap(configs):
     assert np.frombuffer(generation["MAX_TOKENS"]._get_content(), np.int32).tolist() == [1]
 
 
-def test_a_required_input_without_a_probe_value_is_a_clear_error():
-    config = mc.ModelConfig(name="m", max_batch_size=8, input=[mc.ModelInput(name="X", data_type=mc.TYPE_FP32, dims=[4])])
-    with pytest.raises(ProbeError, match="m: the probe has no value for required input X"):
-        probe_inputs(config)
+def test_numeric_inputs_get_values_and_other_types_a_clear_error():
+    config = mc.ModelConfig(name="m", max_batch_size=8, input=[mc.ModelInput(name="X", data_type=mc.TYPE_FP32, dims=[4]),
+                                                               mc.ModelInput(name="I", data_type=mc.TYPE_INT64, dims=[2])])
+    first, second = (np.frombuffer(probe_inputs(config)[0]._get_content(), np.float32) for _ in range(2))
+    assert first.shape == (4,) and first[0] != second[0], "unique per call: the cache cannot answer"
+    assert np.frombuffer(probe_inputs(config)[1]._get_content(), np.int64).tolist() == [0, 0]
+    odd = mc.ModelConfig(name="m", max_batch_size=8, input=[mc.ModelInput(name="B", data_type=mc.TYPE_BF16, dims=[4])])
+    with pytest.raises(ProbeError, match="m: the probe has no value for required input B"):
+        probe_inputs(odd)
 
 
 def test_the_watchdog_reads_which_model_a_dead_stub_belongs_to():
