@@ -84,3 +84,33 @@ def test_healthcheck_probes_every_endpoint_within_its_timeout():
     budget = float(argv[argv.index("--timeout") + 1])
     docker_timeout = float(re.search(r"--timeout=(\d+)s", options).group(1))
     assert docker_timeout >= len(endpoints(read_configs(paths.model_repository()))) * budget
+
+
+# The NGC tritonserver:24.10-py3 image (Dockerfile's TRITON_IMAGE): Ubuntu 22.04, glibc 2.35, CPython 3.10.
+IMAGE_PYTHON = ["--python-version", "3.10", "--implementation", "cp", "--abi", "cp310", "--abi", "abi3",
+                "--abi", "none", "--platform", "manylinux_2_35_x86_64", "--platform", "manylinux_2_28_x86_64",
+                "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64"]
+
+
+def test_the_images_requirements_resolve_for_its_python(tmp_path):
+    """What `pip install -r docker/requirements*.txt` does in the image, resolved here: binary wheels for
+    CPython 3.10 on glibc 2.35 x86_64, dependencies included (a pin with no such wheel fails the build)."""
+    files = sorted((paths.ROOT / "docker").glob("requirements*.txt"))
+    assert len(files) == 2
+    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
+           *IMAGE_PYTHON, "--target", str(tmp_path), *[a for f in files for a in ("-r", str(f))]]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "Would install" in run.stdout and "onnxruntime-1.23.2" in run.stdout
+
+
+def test_the_code_the_image_runs_is_python_310():
+    """The image's interpreter is 3.10: ruff's syntax check at target-version py310 over what it copies of
+    hotpath and every Python backend (the model.py files the repository holds)."""
+    copies = re.findall(r"^COPY (hotpath\S*(?: hotpath\S*)*) (\S+)$", DOCKERFILE.read_text(), re.M)
+    sources = [paths.ROOT / src for group, _ in copies for src in group.split()]
+    backends = sorted(paths.model_repository().glob("*/1/model.py"))
+    assert backends and all(p.exists() for p in sources)
+    run = subprocess.run([str(BIN / "ruff"), "check", "--no-cache", "--isolated", "--target-version", "py310",
+                          "--select", "E9,F63,F7,F82", *map(str, sources + backends)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
