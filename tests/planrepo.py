@@ -1,7 +1,7 @@
 """A small model repository with a TensorRT model, for the start-up checker and entrypoint tests.
 
-`scaler` (Y = 2 * X) has a TensorRT config and recipe, a real ONNX file, and one plan with its
-manifest, built (the bytes stand in for an engine) for an H100 with TensorRT 10.5.0. Its
+`scaler` (Y = 2 * X) has a TensorRT config, recipe and parity inputs, a real ONNX file, and one plan
+with its manifest, built (the bytes stand in for an engine) for an H100 with TensorRT 10.5.0. Its
 config.pbtxt, the fallback, runs a Python model, so the local tritonserver can serve it.
 """
 
@@ -17,7 +17,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath.tensorrt.compat import Target
 from hotpath.tensorrt.manifest import Manifest, recipe_digest, sha256, write_manifest
-from hotpath.tensorrt.recipe import Recipe, config_path, recipe_path
+from hotpath.tensorrt.recipe import Recipe, config_path, feeds_path, feeds_to_json, recipe_path
 
 H100 = Target("NVIDIA H100 80GB HBM3", "9.0", "10.5.0")
 MODEL_PY = '''import triton_python_backend_utils as pb_utils
@@ -61,6 +61,11 @@ def recipe(onnx_fallback: bool = True, version_compatible: bool = False) -> Reci
                   onnx_fallback=onnx_fallback, version_compatible=version_compatible)
 
 
+def feeds() -> list[dict[str, np.ndarray]]:
+    """The scaler's parity inputs: batches of 1, 4 and 8 (its profile's min, opt and max)."""
+    return [{"X": np.random.default_rng(b).standard_normal((b, 4)).astype(np.float32)} for b in (1, 4, 8)]
+
+
 def make_repository(root: Path, onnx_fallback: bool = True, built_for: Target = H100,
                     version_compatible: bool = False) -> Path:
     """The repository under `root`; returns its path."""
@@ -78,6 +83,7 @@ def make_repository(root: Path, onnx_fallback: bool = True, built_for: Target = 
     _write(config_path(scaler), plan_cfg)
     rec = recipe(onnx_fallback, version_compatible)
     recipe_path(scaler).write_text(rec.to_json())
+    feeds_path(scaler).write_text(feeds_to_json(feeds()))
     version = scaler / "1"
     version.mkdir()
     (version / "model.py").write_text(MODEL_PY)

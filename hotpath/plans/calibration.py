@@ -1,4 +1,5 @@
-"""Real inputs for parity checks and INT8 calibration: the model's perf payload, batched by shape."""
+"""Real inputs for parity checks and INT8 calibration: the model's perf payload, batched by shape for
+parity, regrouped at the profile's opt shape for calibration."""
 
 from __future__ import annotations
 
@@ -35,3 +36,36 @@ def batched(feeds: list[dict[str, np.ndarray]], batch_size: int) -> list[dict[st
             chunk = members[i:i + batch_size]
             out.append({k: np.concatenate([m[k] for m in chunk]) for k in chunk[0]})
     return out
+
+
+def at_shape(feeds: list[dict[str, np.ndarray]], shapes: dict[str, list[int]],
+             batched: bool = True) -> list[dict[str, np.ndarray]]:
+    """The rows of `feeds` at exactly `shapes` (input name -> shape, batch first when `batched`).
+
+    INT8 calibration runs at the calibration profile's opt shape (polygraphy's Calibrator hands
+    TensorRT buffers of that shape), so every batch must have it: each row is cut or zero-padded
+    (zeros are what the tokenizer pads with: [PAD], attention mask 0) to the non-batch dims, and
+    rows are regrouped into full batches, the last one filled up with rows from the start.
+    """
+    def fit(row: np.ndarray, dims: list[int]) -> np.ndarray:
+        out = np.zeros(dims, dtype=row.dtype)
+        region = tuple(slice(0, min(have, want)) for have, want in zip(row.shape, dims))
+        out[region] = row[region]
+        return out
+
+    names = sorted(shapes)
+    if not batched:
+        return [{n: fit(feed[n], shapes[n]) for n in names} for feed in feeds]
+    rows = [{n: fit(feed[n][i], shapes[n][1:]) for n in names}
+            for feed in feeds for i in range(len(feed[names[0]]))]
+    size = shapes[names[0]][0]
+    if not rows or size < 1:
+        return []
+    count = -(-len(rows) // size)  # whole batches, the last one completed from the first rows
+    picked = [rows[i % len(rows)] for i in range(count * size)]
+    return [{n: np.stack([r[n] for r in picked[b * size:(b + 1) * size]]) for n in names} for b in range(count)]
+
+
+def opt_shapes(profile: dict[str, list[list[int]]]) -> dict[str, list[int]]:
+    """input name -> the profile's opt shape."""
+    return {name: list(opt) for name, (_, opt, _) in profile.items()}

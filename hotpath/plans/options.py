@@ -3,10 +3,12 @@
     [hotpath.tensorrt]
     precision = "fp16"                 # fp16 (default) | fp32 | int8 (calibrated on the perf payloads)
     compute_capabilities = ["8.0", "8.6", "8.9", "9.0"]   # one plan each, mapped by cc_model_filenames
-    sequence_length = [16, 32, 256]    # min / opt / max of every variable (-1) dimension
+    sequence_length = [1, 32, 256]     # min / opt / max of every variable (-1) dimension; checked against
+                                       # the tokenizer steps feeding the model (hotpath.plans.feeders)
     hardware_compatible = false        # AMPERE_PLUS: one plan for every GPU of cc >= 8.0
     version_compatible = false         # runs with later TensorRT versions (lean runtime in the plan)
-    cuda_graphs = true                 # capture CUDA graphs for the preferred batch sizes at opt length
+    cuda_graphs = true                 # CUDA graphs for the preferred batch sizes at opt length, each
+                                       # serving the batch sizes down to the next smaller graph's
     onnx_fallback = true               # keep the onnxruntime model for hosts where no plan fits
     parity_atol = 1e-2                 # TensorRT vs ONNX Runtime; default per precision
 """
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2 as mc
 
+from hotpath.plans.feeders import check_sequence_length
 from hotpath.plans.profiles import derive_profiles
 from hotpath.spec import ModelSpec
 from hotpath.tensorrt.recipe import PRECISIONS, Recipe
@@ -74,11 +77,16 @@ def tensorrt_options(spec: ModelSpec) -> TensorRTOptions | None:
     return opts
 
 
-def recipe_for(spec: ModelSpec) -> Recipe | None:
-    """The build recipe of the spec's plans (None without `[hotpath.tensorrt]`)."""
+def recipe_for(spec: ModelSpec, specs: list[ModelSpec] | None = None) -> Recipe | None:
+    """The build recipe of the spec's plans (None without `[hotpath.tensorrt]`).
+
+    Raises SpecError when a tokenizer feeding the model (in `specs`, default: build/ and ensembles/)
+    can emit a sequence length outside the profile.
+    """
     opts = tensorrt_options(spec)
     if opts is None:
         return None
+    check_sequence_length(spec, opts.sequence_length, specs)
     atol = opts.parity_atol if opts.parity_atol is not None else DEFAULT_ATOL[opts.precision]
     return Recipe(
         model=spec.name, onnx=SANITIZED_ONNX, precision=opts.precision,

@@ -1,9 +1,10 @@
 """The TensorRT part of `hotpath engines`: plan config and recipe always; plans where TensorRT and a GPU are.
 
-Per model with `[hotpath.tensorrt]`: write `configs/tensorrt.pbtxt` and `configs/tensorrt.build.json`,
-fold constants of the exported ONNX (checked against it with polygraphy on ONNX Runtime), then, on a
-GPU host with TensorRT, build the plan for this GPU (skipped while its manifest is fresh), compare it
-with ONNX Runtime and write its manifest. Without TensorRT or a GPU it says so once and goes on.
+Per model with `[hotpath.tensorrt]`: write `configs/tensorrt.pbtxt` (naming the plans built),
+`configs/tensorrt.build.json` and `configs/tensorrt.feeds.json` (the parity inputs, on which the
+container also checks a plan it rebuilds), fold constants of the exported ONNX (checked against it
+with polygraphy on ONNX Runtime), then, on a GPU host with TensorRT, build the plan for this GPU
+(skipped while its manifest is fresh), compare it with ONNX Runtime and write its manifest. Without TensorRT or a GPU it says so once and goes on.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from hotpath.plans.sanitize import ensure_sanitized
 from hotpath.spec import ModelSpec
 from hotpath.tensorrt import builder, device
 from hotpath.tensorrt.compat import Target
-from hotpath.tensorrt.inventory import plan_status
-from hotpath.tensorrt.recipe import config_path, plan_filename, recipe_path
+from hotpath.tensorrt.inventory import built_plans, plan_status
+from hotpath.tensorrt.recipe import config_path, feeds_path, feeds_to_json, plan_filename, recipe_path
 
 Log = Callable[[str], None]
 EXPORTED_ONNX = "model.onnx"
@@ -36,18 +37,29 @@ def _write_if_changed(path: Path, text: str) -> bool:
     return True
 
 
-def write_plan_files(spec: ModelSpec, model_dir: Path, log: Log) -> bool:
-    """configs/tensorrt.pbtxt (round-tripped through model_config_pb2) and the recipe; True when written."""
+def parity_feeds(spec: ModelSpec) -> list:
+    """The batches parity is checked on: the perf payload, same-shaped entries batched by up to 8."""
+    batch = spec.config.max_batch_size or 1
+    return calibration.batched(calibration.payload_feeds(spec), min(batch, 8))
+
+
+def write_plan_files(spec: ModelSpec, model_dir: Path, log: Log, built: list | None = None) -> bool:
+    """configs/tensorrt.pbtxt (round-tripped through model_config_pb2), the recipe and the parity inputs;
+    True when written. The config names the plans `built` (default: those fresh in `model_dir`)."""
     recipe = recipe_for(spec)
     if recipe is None:
         return False
+    built = built_plans(model_dir, recipe) if built is None else built
     source = spec.source.relative_to(spec.source.parent.parent) if spec.source else "<memory>"
-    text = HEADER.format(source=source) + to_pbtxt(plan_config(spec, recipe, tensorrt_options(spec)))
+    text = HEADER.format(source=source) + to_pbtxt(plan_config(spec, recipe, tensorrt_options(spec), built))
     wrote = _write_if_changed(config_path(model_dir), text)
     wrote |= _write_if_changed(recipe_path(model_dir), recipe.to_json())
+    wrote |= _write_if_changed(feeds_path(model_dir), feeds_to_json(parity_feeds(spec)))
     if wrote:
-        log(f"  wrote configs/tensorrt.pbtxt and configs/{recipe_path(model_dir).name} "
-            f"({recipe.precision}, cc {', '.join(recipe.compute_capabilities) or 'this GPU'})")
+        plans = ", ".join(m.plan for m in built) or "none built yet"
+        log(f"  wrote configs/tensorrt.pbtxt (plans: {plans}), configs/{recipe_path(model_dir).name} and "
+            f"configs/{feeds_path(model_dir).name} ({recipe.precision}, cc "
+            f"{', '.join(recipe.compute_capabilities) or 'this GPU'})")
     return wrote
 
 
@@ -92,14 +104,19 @@ class PlanStep:
         return self._build_plan(spec, recipe, version_dir)
 
     def _feeds(self, spec: ModelSpec) -> list:
-        batch = spec.config.max_batch_size or 1
-        return calibration.batched(calibration.payload_feeds(spec), min(batch, 8))
+        return parity_feeds(spec)
 
     def _build_plan(self, spec: ModelSpec, recipe, version_dir: Path) -> str:
         feeds = self._feeds(spec)
+        calibration_feeds = None
+        if recipe.precision == "int8":
+            # Calibration runs at the profile's opt shape only; parity keeps the payload's shapes.
+            calibration_feeds = calibration.at_shape(feeds, calibration.opt_shapes(recipe.profiles[0]),
+                                                     batched=spec.config.max_batch_size > 0)
         job = builder.BuildJob(
             onnx=version_dir / recipe.onnx, plan=version_dir / plan_filename(self.target.compute_capability),
-            recipe=recipe, timing_cache=paths.work_dir() / "tensorrt" / "timing.cache", calibration=feeds,
+            recipe=recipe, timing_cache=paths.work_dir() / "tensorrt" / "timing.cache",
+            calibration=calibration_feeds,
             calibration_cache=version_dir / recipe.calibration_cache if recipe.calibration_cache else None)
         seconds = builder.build(job, self.log)
         check = parity.compare(parity.onnxrt_runner(version_dir / EXPORTED_ONNX, "onnxruntime"),

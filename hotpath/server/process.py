@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -17,7 +16,8 @@ from hotpath import paths
 from hotpath.errors import ServerError
 from hotpath.processes import stop_process
 from hotpath.runtime.timing import ENV as STUB_TIMING_ENV
-from hotpath.server.admin import restricted_api_flags
+from hotpath.server.admin import admin_key
+from hotpath.server.command import TritonCommand, cache_bytes_from_env, exit_timeout_from_env
 from hotpath.server.install import TritonInstall, prepare_backend_dir, server_environment
 from hotpath.server.ports import ServerPorts, port_is_free
 from hotpath.server.staging import stage_repository
@@ -42,12 +42,10 @@ class LocalTriton:
         self.model_control = model_control
         self.extra_args = extra_args or []
         # Response cache for models whose config enables it (local cache implementation).
-        self.cache_bytes = cache_bytes if cache_bytes is not None else int(
-            os.environ.get("HOTPATH_CACHE_BYTES", 64 * 1024 * 1024))
+        self.cache_bytes = cache_bytes if cache_bytes is not None else cache_bytes_from_env()
         self.log = log
         # After SIGTERM tritonserver waits this long for in-flight requests and model unloads, then exits.
-        self.exit_timeout_s = exit_timeout_s if exit_timeout_s is not None else int(
-            os.environ.get("HOTPATH_EXIT_TIMEOUT_SECS", 30))
+        self.exit_timeout_s = exit_timeout_s if exit_timeout_s is not None else exit_timeout_from_env()
         # Per-execute() timestamps from the Python stubs (hotpath.runtime.timing), for perf --explain.
         self.stub_timing_dir: Path | None = None
         if stub_timing:
@@ -87,25 +85,14 @@ class LocalTriton:
         self.staged = Path(tempfile.mkdtemp(prefix=f"repo-{self.ports.grpc}-", dir=work / "staged"))
         models = stage_repository(self.repository, self.staged, self.ort_threads, self.log)
         self.log_path = work / "logs" / f"tritonserver-{self.ports.grpc}.log"
-        cmd = [str(install.binary), f"--model-repository={self.staged}", f"--backend-directory={backends}",
-               f"--cache-directory={install.root / 'caches'}", f"--http-port={self.ports.http}",
-               f"--grpc-port={self.ports.grpc}", f"--metrics-port={self.ports.metrics}",
-               "--http-address=127.0.0.1", "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.1",
-               f"--model-control-mode={self.model_control}", "--log-info=true",
-               f"--exit-timeout-secs={self.exit_timeout_s}",
-               # Latency quantiles per model, which the dashboards and alerts of monitoring/ read.
-               "--metrics-config=summary_latencies=true",
-               # Repository, shared memory, logging, trace and statistics APIs only with the admin key.
-               *restricted_api_flags(), *self.extra_args]
-        if self.cache_bytes:
-            cmd.append(f"--cache-config=local,size={self.cache_bytes}")
-        if self.model_control == "explicit":
-            cmd.append("--load-model=*")
-        # Trace file set, tracing off: the trace API (perf --explain) can switch tracing on at run
-        # time, but Triton only accepts the file location at startup.
         self.trace_file = work / "traces" / f"trace-{self.ports.grpc}.json"
         self.trace_file.parent.mkdir(parents=True, exist_ok=True)
-        cmd += [f"--trace-config=triton,file={self.trace_file}", "--trace-config=level=OFF"]
+        cmd = TritonCommand(
+            binary=str(install.binary), repository=str(self.staged), backend_dir=str(backends),
+            cache_dir=str(install.root / "caches"), http_port=self.ports.http, grpc_port=self.ports.grpc,
+            metrics_port=self.ports.metrics, address="127.0.0.1", admin_key=admin_key(),
+            model_control=self.model_control, exit_timeout_s=self.exit_timeout_s, cache_bytes=self.cache_bytes,
+            trace_file=str(self.trace_file), extra=self.extra_args).args()
         env = server_environment(install)
         if self.stub_timing_dir:
             shutil.rmtree(self.stub_timing_dir, ignore_errors=True)

@@ -25,7 +25,7 @@ class BuildJob:
     plan: Path
     recipe: Recipe
     timing_cache: Path
-    calibration: Iterable[dict] | None = None  # int8: feed dicts (input name -> array)
+    calibration: Iterable[dict] | None = None  # int8: feed dicts, all at the profile's opt shape
     calibration_cache: Path | None = None
 
 

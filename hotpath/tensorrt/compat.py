@@ -5,9 +5,12 @@ Rules, as TensorRT 10 documents them:
   incompatible device"); another GPU model of the same compute capability loads with a warning.
   `SAME_COMPUTE_CAPABILITY` makes that explicit; `AMPERE_PLUS` runs on any GPU of compute
   capability 8.0 or later.
-- Version: a plan runs only with the TensorRT version that built it ("Version tag does not match").
-  A version-compatible plan (built with 8.6 or later) also runs with later versions of the same major
-  version, and across the major versions TensorRT names: 8 -> 9, 8 -> 10, 10 -> 11.
+- Version: a plan runs only with the TensorRT version that built it, build number included
+  ("Version tag does not match"): 10.5.0.18 and 10.5.0.26 are different runtimes. When one side
+  knows only major.minor.patch (a `tensorrt` wheel older than 10.8 reports no build number), the
+  three parts are compared. A version-compatible plan (built with 8.6 or later) also runs with later
+  versions of the same major version, and across the major versions TensorRT names: 8 -> 9, 8 -> 10,
+  10 -> 11.
 """
 
 from __future__ import annotations
@@ -41,9 +44,32 @@ class Verdict:
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
-    """'10.5.0.18' -> (10, 5, 0); the build number does not change the serialization format."""
-    parts = [int(re.match(r"\d*", piece).group() or 0) for piece in str(version).split(".")[:3]]
+    """'10.5.0.18' -> (10, 5, 0, 18); '10.6' -> (10, 6, 0); suffixes ('b3', '.post1') dropped.
+
+    At least three parts; the fourth, TensorRT's build number, only when the version has one.
+    """
+    parts = []
+    for piece in str(version).split(".")[:4]:
+        digits = re.match(r"\d*", piece).group()
+        if not digits:  # 'post1', 'dev0': not part of the release number
+            break
+        parts.append(int(digits))
+        if digits != piece:  # '1b3': a pre-release of 1; nothing after it is a release number
+            break
     return tuple(parts + [0] * (3 - len(parts)))
+
+
+def comparable(a: str, b: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Both versions as tuples of equal length: four parts when both carry a build number, else three."""
+    ta, tb = version_tuple(a), version_tuple(b)
+    n = min(len(ta), len(tb))
+    return ta[:n], tb[:n]
+
+
+def same_version(a: str, b: str) -> bool:
+    """Whether two TensorRT versions are the same runtime (build numbers compared when both have one)."""
+    ta, tb = comparable(a, b)
+    return ta == tb
 
 
 def cc_tuple(cc: str) -> tuple[int, int]:
@@ -73,12 +99,13 @@ def hardware_verdict(manifest: Manifest, target: Target) -> Verdict:
 def version_verdict(manifest: Manifest, target: Target) -> Verdict:
     if not target.tensorrt_version:
         return Verdict(False, "TensorRT version unknown")
-    built, here = version_tuple(manifest.tensorrt_version), version_tuple(target.tensorrt_version)
+    built, here = comparable(manifest.tensorrt_version, target.tensorrt_version)
     if built == here:
         return Verdict(True, "same TensorRT version")
     if not manifest.version_compatible:
         return Verdict(False, f"built with TensorRT {manifest.tensorrt_version}, runtime is "
-                              f"{target.tensorrt_version} (plans are tied to their TensorRT version)")
+                              f"{target.tensorrt_version} (plans are tied to their TensorRT version, build number "
+                              f"included)")
     if built < (8, 6, 0):
         return Verdict(False, "version compatibility needs plans built with TensorRT 8.6 or later")
     if here < built:

@@ -72,3 +72,17 @@ def plan_status(model_dir: Path, version_dir: Path, recipe: Recipe, target: Targ
     same_cc = [r for r in rejected if r[1].compute_capability == target.compute_capability]
     status, manifest, directory, reason = (same_cc or rejected)[0]
     return PlanStatus(model, version, status, reason, manifest, directory)
+
+
+def built_plans(model_dir: Path, recipe: Recipe) -> list[Manifest]:
+    """The plans present and fresh in every version directory (the ones a config may name), by plan name."""
+    model_dir = Path(model_dir)
+    dirs = version_dirs(model_dir) if model_dir.is_dir() else []
+    fresh = []
+    for directory in dirs:
+        manifests = manifests_in(directory)
+        onnx = directory / recipe.onnx
+        onnx_sha = sha256(onnx) if manifests and onnx.is_file() else None  # 90 MB: only when it matters
+        fresh.append({m.plan: m for m in manifests if not staleness(m, directory, recipe, onnx_sha)})
+    names = set.intersection(*(set(f) for f in fresh)) if fresh else set()
+    return [fresh[0][name] for name in sorted(names)]

@@ -1,7 +1,8 @@
 """What to build for one model: precision, optimization profiles, compatibility flags, target GPUs.
 
 Written by `hotpath engines` beside the plan config (`<model>/configs/tensorrt.build.json`), so a
-container can rebuild a plan for its own GPU from the ONNX file alone.
+container can rebuild a plan for its own GPU from the ONNX file alone, with the inputs it checks a
+rebuilt plan on (`configs/tensorrt.feeds.json`: the batches the build's own parity check uses).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ PRECISIONS = ("fp32", "fp16", "int8")
 # Hardware-compatibility levels as TensorRT names them (trt.HardwareCompatibilityLevel).
 HARDWARE_LEVELS = ("NONE", "AMPERE_PLUS", "SAME_COMPUTE_CAPABILITY")
 RECIPE_FILE = "tensorrt.build.json"
+FEEDS_FILE = "tensorrt.feeds.json"
 CONFIG_NAME = "tensorrt"  # Triton's custom config name: <model>/configs/tensorrt.pbtxt
 
 # input name -> [min shape, opt shape, max shape], batch dimension included
@@ -70,3 +72,28 @@ def read_recipe(model_dir: Path) -> Recipe | None:
     if not path.is_file():
         return None
     return Recipe.from_dict(json.loads(path.read_text()))
+
+
+def feeds_path(model_dir: Path) -> Path:
+    return Path(model_dir) / "configs" / FEEDS_FILE
+
+
+def feeds_to_json(feeds: list[dict]) -> str:
+    """Feed dicts (input name -> numpy array) as JSON: one line per batch, so diffs stay readable."""
+    lines = []
+    for feed in feeds:
+        batch = {name: {"dtype": str(a.dtype), "shape": list(a.shape), "data": a.reshape(-1).tolist()}
+                 for name, a in sorted(feed.items())}
+        lines.append(json.dumps(batch, sort_keys=True))
+    return '{"feeds": [\n' + ",\n".join(lines) + "\n]}\n"
+
+
+def read_feeds(model_dir: Path) -> list[dict] | None:
+    """The parity inputs written beside the recipe, as feed dicts; None when the file is missing."""
+    path = feeds_path(model_dir)
+    if not path.is_file():
+        return None
+    import numpy as np
+
+    return [{name: np.asarray(t["data"], dtype=t["dtype"]).reshape(t["shape"]) for name, t in feed.items()}
+            for feed in json.loads(path.read_text())["feeds"]]

@@ -5,7 +5,9 @@ repository tritonserver serves (`<cache>/repository`: links into the read-only r
 plans rebuilt into the cache volume) and the server arguments it needs into F, one per line.
 A model with TensorRT plans is served:
 - from a plan whose manifest fits this GPU and TensorRT version;
-- else, with `--on-incompatible rebuild` (default), from a plan rebuilt now into `<cache>/plans`;
+- else, with `--on-incompatible rebuild` (default), from a plan rebuilt now into `<cache>/plans`,
+  once ONNX Runtime agrees with it on the inputs `hotpath engines` wrote (configs/tensorrt.feeds.json)
+  within the recipe's tolerance (a plan that does not is removed);
 - else on its ONNX config, when its spec keeps an ONNX fallback;
 - else the start fails, naming the model and the reason.
 """
@@ -19,12 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from hotpath.tensorrt import builder, device
+from hotpath.tensorrt import builder, device, parity
 from hotpath.tensorrt.compat import Target
 from hotpath.tensorrt.inventory import PlanStatus, plan_status, version_dirs
-from hotpath.tensorrt.recipe import Recipe, config_path, plan_filename, read_recipe
+from hotpath.tensorrt.recipe import FEEDS_FILE, Recipe, config_path, plan_filename, read_feeds, read_recipe
 
 Log = Callable[[str], None]
+EXPORTED_ONNX = "model.onnx"  # what the build compares plans with (hotpath.plans.step)
 
 
 def _say(message: str) -> None:
@@ -54,8 +57,36 @@ def _rebuild(model_dir: Path, version_dir: Path, recipe: Recipe, target: Target,
                            recipe=recipe, timing_cache=cache / "timing.cache",
                            calibration_cache=calibration_cache)
     seconds = builder.build(job, log)
-    manifest = builder.record(job, target, seconds, {"checked": False, "why": "rebuilt at container start"})
-    return PlanStatus(model_dir.name, version_dir.name, "ok", "rebuilt for this GPU", manifest, out_dir)
+    try:
+        check = _check_rebuilt(model_dir, version_dir, recipe, job.plan)
+    except Exception:
+        # No manifest is written for it, so no start serves it; the file itself goes too.
+        job.plan.unlink(missing_ok=True)
+        raise
+    log(f"{model_dir.name}/{version_dir.name}: parity of the rebuilt {job.plan.name} vs ONNX Runtime "
+        f"({recipe.precision}, {check.iterations} batches): max abs diff {check.max_abs_diff:.2e} "
+        f"(tolerance {recipe.parity_atol:g})")
+    manifest = builder.record(job, target, seconds, {**check.as_dict(), "where": "container start"})
+    return PlanStatus(model_dir.name, version_dir.name, "ok", "rebuilt for this GPU, parity checked", manifest,
+                      out_dir)
+
+
+def _check_rebuilt(model_dir: Path, version_dir: Path, recipe: Recipe, plan: Path) -> parity.Parity:
+    """The rebuilt plan against ONNX Runtime on the build's parity inputs; raises when it cannot be
+    checked or is outside the recipe's tolerance."""
+    feeds = read_feeds(model_dir)
+    if not feeds:
+        raise RuntimeError(f"cannot check the rebuilt plan: no parity inputs (configs/{FEEDS_FILE}; "
+                           f"run `make engines`)")
+    reference = version_dir / EXPORTED_ONNX
+    if not reference.is_file():
+        reference = version_dir / recipe.onnx
+    check = parity.compare(parity.onnxrt_runner(reference, "onnxruntime"), parity.trt_runner(plan, "tensorrt"),
+                           feeds, recipe.parity_atol, recipe.parity_rtol)
+    if not check.ok:
+        raise RuntimeError(f"rebuilt {plan.name} differs from ONNX Runtime ({reference.name}): max abs diff "
+                           f"{check.max_abs_diff:.2e} > {recipe.parity_atol:g} ({recipe.precision}); plan removed")
+    return check
 
 
 def _write_plan_model(model_dir: Path, dest: Path, chosen: dict[str, PlanStatus]) -> None:
@@ -71,6 +102,7 @@ def _write_plan_model(model_dir: Path, dest: Path, chosen: dict[str, PlanStatus]
     config.default_model_filename = sorted(plans)[0] if len(plans) == 1 else "model.plan"
     dest.mkdir(parents=True)
     (dest / "config.pbtxt").write_text(text_format.MessageToString(config))
+    _link_model_files(model_dir, dest, skip={"config.pbtxt", *chosen})
     for version, status in chosen.items():
         vdir = dest / version
         vdir.mkdir()
@@ -79,6 +111,20 @@ def _write_plan_model(model_dir: Path, dest: Path, chosen: dict[str, PlanStatus]
                 (vdir / f.name).symlink_to(f.resolve())
         plan = status.directory / status.manifest.plan
         (vdir / config.default_model_filename).symlink_to(plan.resolve())
+
+
+def _link_model_files(model_dir: Path, dest: Path, skip: set[str]) -> None:
+    """Link what `model_dir` holds into `dest`, but never its configs/: with `--model-config-name=tensorrt`
+    Triton would load configs/tensorrt.pbtxt, which names plans this host may not have."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for entry in sorted(model_dir.iterdir()):
+        if entry.name not in skip and entry.name != "configs":
+            (dest / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+
+
+def _serve_onnx(model_dir: Path, dest: Path) -> None:
+    """The model's ONNX config (config.pbtxt) and versions, without its TensorRT config."""
+    _link_model_files(model_dir, dest, skip=set())
 
 
 def prepare(repository: Path, cache: Path, target: Target, on_incompatible: str = "rebuild",
@@ -99,7 +145,7 @@ def prepare(repository: Path, cache: Path, target: Target, on_incompatible: str 
         if not target.compute_capability:
             if recipe.onnx_fallback:
                 result.decisions[name] = "onnx fallback (no GPU)"
-                (served / name).symlink_to(model_dir, target_is_directory=True)
+                _serve_onnx(model_dir, served / name)
                 log(f"{name}: no GPU here; serving its ONNX fallback")
             else:
                 result.problems.append(f"{name}: needs a GPU (TensorRT plans only; its spec keeps no ONNX fallback)")
@@ -125,7 +171,7 @@ def prepare(repository: Path, cache: Path, target: Target, on_incompatible: str 
             continue
         if recipe.onnx_fallback:
             result.decisions[name] = f"onnx fallback ({status.reason})"
-            (served / name).symlink_to(model_dir, target_is_directory=True)
+            _serve_onnx(model_dir, served / name)
             log(f"{name}: {status.reason}; serving its ONNX fallback")
         else:
             result.problems.append(f"{status.line()} (rebuild with --on-incompatible rebuild, or rebuild the "

@@ -29,7 +29,7 @@ def _start(repo, cache, ports, extra_env=None):
     backends = prepare_backend_dir(install, paths.work_dir() / "backends")
     env = {**server_environment(install), "TRITONSERVER": str(install.binary), "MODEL_REPOSITORY": str(repo),
            "HOTPATH_CACHE_DIR": str(cache), "HTTP_PORT": str(ports[0]), "GRPC_PORT": str(ports[1]),
-           "METRICS_PORT": str(ports[2]), "RESPONSE_CACHE_BYTES": "1048576", "HOTPATH_ADMIN_KEY": "s3cret",
+           "METRICS_PORT": str(ports[2]), "HOTPATH_CACHE_BYTES": "1048576", "HOTPATH_ADMIN_KEY": "s3cret",
            "HOTPATH_EXIT_TIMEOUT_SECS": "5", **(extra_env or {})}
     env["PATH"] = ":".join(p for p in env["PATH"].split(":") if "nvidia" not in p)  # no GPU tools
     args = [f"--backend-directory={backends}", f"--cache-directory={install.root / 'caches'}",

@@ -26,8 +26,9 @@ from hotpath.server.admin import admin_headers
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 
-SINGLE, ENSEMBLE = "text_embedding", "text_embedding_exact"
-MODELS = [SINGLE, ENSEMBLE, "tokenizer", "text_encoder"]
+SINGLE, ENSEMBLE = "text_embedding", "text_embedding_exact"   # one step, two steps
+STEP = "sentence_embedder"   # SINGLE's one step
+MODELS = [SINGLE, STEP, ENSEMBLE, "tokenizer", "text_encoder"]
 EXIT_TIMEOUT_S = 10
 
 
@@ -151,11 +152,11 @@ def test_rolling_out_new_versions_and_configs_under_load_fails_no_request(reposi
         client = grpcclient.InferenceServerClient(server.grpc_url)
         time.sleep(1.0)
         started = time.monotonic()
-        took = {m: _roll_out_new_version(server, client, m) for m in (SINGLE, "tokenizer", "text_encoder")}
-        config = served_config(client, SINGLE)   # and a config change (instances) of the new version
+        took = {m: _roll_out_new_version(server, client, m) for m in (STEP, "tokenizer", "text_encoder")}
+        config = served_config(client, STEP)   # and a config change (instances) of the new version
         config.instance_group[0].count = 1 if config.instance_group[0].count > 1 else 2
-        load_config(client, SINGLE, config)
-        assert served_config(client, SINGLE).instance_group[0].count == config.instance_group[0].count
+        load_config(client, STEP, config)
+        assert served_config(client, STEP).instance_group[0].count == config.instance_group[0].count
         finished = time.monotonic()
         time.sleep(0.5)
         client.close()

@@ -124,16 +124,6 @@ def test_server_flags_restrict_every_admin_api_on_both_protocols(monkeypatch):
     assert admin.restricted_api_flags("other")[0].endswith(":admin-key=other")
 
 
-def test_the_container_entrypoint_restricts_the_same_apis():
-    """docker/entrypoint.sh cannot import hotpath.server (not in the image): its list must match."""
-    script = (paths.ROOT / "docker" / "entrypoint.sh").read_text()
-    listed = re.search(r'^RESTRICTED_APIS="([^"]+)"$', script, re.M)
-    assert listed and tuple(listed.group(1).split(",")) == admin.RESTRICTED
-    flags = re.findall(r'--(http-restricted-api|grpc-restricted-protocol)="([^"]+)"', script)
-    assert sorted(f for f, _ in flags) == ["grpc-restricted-protocol", "http-restricted-api"]
-    assert {v for _, v in flags} == {f"${{RESTRICTED_APIS}}:{admin.HEADER}=${{ADMIN_KEY}}"}
-
-
 def test_perf_analyzer_failures_name_the_command_without_the_admin_key(monkeypatch):
     """subprocess's TimeoutExpired and CalledProcessError print the whole command, `-H name:key` included."""
     from hotpath.perf.analyzer import run_perf_analyzer

@@ -48,9 +48,10 @@ def test_image_copies_only_the_runtime_and_the_checker_and_they_import_alone(tmp
     sources = [src for group, _ in copies for src in group.split()]
     assert sorted(sources) == ["hotpath/__init__.py", "hotpath/config.py", "hotpath/errors.py", "hotpath/health",
                                "hotpath/paths.py", "hotpath/preflight.py", "hotpath/runtime",
-                               "hotpath/server/__init__.py", "hotpath/server/admin.py",
+                               "hotpath/server/__init__.py", "hotpath/server/admin.py", "hotpath/server/command.py",
                                "hotpath/server/model_control.py", "hotpath/server/stubs.py",
-                               "hotpath/server/supervise.py", "hotpath/server/watchdog.py", "hotpath/spec.py",
+                               "hotpath/server/supervise.py", "hotpath/server/tracing.py",
+                               "hotpath/server/watchdog.py", "hotpath/spec.py",
                                "hotpath/tensorrt"]
     for src in sources:
         dest = tmp_path / src
@@ -60,7 +61,7 @@ def test_image_copies_only_the_runtime_and_the_checker_and_they_import_alone(tmp
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(paths.ROOT / src, dest)
     modules = ["hotpath.tensorrt.startup", "hotpath.preflight", "hotpath.health.__main__",
-               "hotpath.server.supervise"] + [
+               "hotpath.server.supervise", "hotpath.server.command"] + [
         f"hotpath.runtime.{p.stem}" for p in (tmp_path / "hotpath" / "runtime").glob("*.py") if p.stem != "__init__"]
     # PYTHONPATH comes before the editable install, so the copied tree is the hotpath imported.
     probe = ("import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]; "

@@ -14,18 +14,19 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath import paths
 from hotpath.errors import SpecError
-from hotpath.plans import parity
+from hotpath.perf.knobs import knob
+from hotpath.plans import calibration, parity
 from hotpath.plans.options import recipe_for, tensorrt_options
 from hotpath.plans.plan_config import plan_config
 from hotpath.plans.profiles import derive_profiles
 from hotpath.plans.sanitize import ensure_sanitized, source_digest
-from hotpath.plans.step import write_plan_files
-from hotpath.spec import load_spec, spec_from_dict
+from hotpath.plans.step import PlanStep, parity_feeds, write_plan_files
+from hotpath.spec import load_spec, load_specs, spec_from_dict
 from hotpath.tensorrt import builder
 from hotpath.tensorrt.compat import Target
-from hotpath.tensorrt.inventory import plan_status
-from hotpath.tensorrt.manifest import read_manifest, write_manifest
-from hotpath.tensorrt.recipe import config_path, read_recipe
+from hotpath.tensorrt.inventory import built_plans, plan_status
+from hotpath.tensorrt.manifest import Manifest, read_manifest, recipe_digest, sha256, write_manifest
+from hotpath.tensorrt.recipe import config_path, feeds_path, read_feeds, read_recipe
 from tests import planrepo
 
 
@@ -81,8 +82,8 @@ def test_string_tensors_keep_a_model_off_tensorrt():
 
 
 def test_recipe_defaults_tolerance_per_precision(encoder):
-    fp32 = recipe_for(with_tensorrt(encoder, precision="fp32", sequence_length=[16, 32, 256]))
-    int8 = recipe_for(with_tensorrt(encoder, precision="int8", sequence_length=[16, 32, 256]))
+    fp32 = recipe_for(with_tensorrt(encoder, precision="fp32", sequence_length=[1, 32, 256]))
+    int8 = recipe_for(with_tensorrt(encoder, precision="int8", sequence_length=[1, 32, 256]))
     assert fp32.parity_atol < recipe_for(encoder).parity_atol < int8.parity_atol
     assert int8.calibration_cache and fp32.calibration_cache is None
 
@@ -94,11 +95,10 @@ def test_plan_config_round_trips_through_model_config_pb2(encoder):
     assert parsed == config
     assert parsed.platform == "tensorrt_plan" and not parsed.backend
     assert all(g.kind == mc.ModelInstanceGroup.KIND_GPU for g in parsed.instance_group)
-    assert dict(parsed.cc_model_filenames) == {cc: f"model.sm{cc.replace('.', '')}.plan"
-                                              for cc in recipe.compute_capabilities}
+    assert not parsed.cc_model_filenames  # no plan built here
     assert parsed.default_model_filename == "model.plan"
     assert "intra_op_thread_count" not in parsed.parameters
-    assert parsed.model_warmup == encoder.config.model_warmup
+    assert list(parsed.model_warmup)[:len(encoder.config.model_warmup)] == list(encoder.config.model_warmup)
     graphs = parsed.optimization.cuda
     assert graphs.graphs
     opt_len = recipe.profiles[0]["input_ids"][1][1]
@@ -106,13 +106,136 @@ def test_plan_config_round_trips_through_model_config_pb2(encoder):
     assert all(list(g.input["input_ids"].dim) == [opt_len] for g in graphs.graph_spec)
 
 
+def test_cuda_graphs_serve_every_batch_size_up_to_theirs(encoder):
+    """Triton's TensorRT backend replays a graph for smaller batches only with graph_lower_bound."""
+    recipe = recipe_for(encoder)
+    config = plan_config(encoder, recipe, tensorrt_options(encoder))
+    opt_len = recipe.profiles[0]["input_ids"][1][1]
+    graphs = list(config.optimization.cuda.graph_spec)
+    assert [(g.graph_lower_bound.batch_size, g.batch_size) for g in graphs] == [(1, 8), (9, 16)]
+    for graph in graphs:
+        assert graph.HasField("graph_lower_bound")
+        # Every input bounded (Triton refuses a lower bound missing one); the length stays exact.
+        assert set(graph.graph_lower_bound.input) == set(graph.input) == {t.name for t in encoder.config.input}
+        assert all(list(graph.graph_lower_bound.input[n].dim) == list(graph.input[n].dim) == [opt_len]
+                   for n in graph.input)
+        # Each captured shape is warmed (zeros) so rows past a smaller batch hold valid token ids.
+        assert any(w.batch_size == graph.batch_size and list(w.inputs["input_ids"].dims) == [opt_len]
+                   for w in config.model_warmup)
+    # A batch of 5 at the opt length falls in the first graph's closed interval, 12 in the second's.
+    covering = [[g.batch_size for g in graphs if g.graph_lower_bound.batch_size <= b <= g.batch_size] for b in (5, 12)]
+    assert covering == [[8], [16]]
+
+
+def _built(model_dir, cc, recipe, **fields):
+    """A plan with a fresh manifest for `cc` in every version directory of `model_dir`."""
+    name = f"model.sm{cc.replace('.', '')}.plan"
+    for version in sorted(p for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()):
+        (version / name).write_bytes(f"engine {cc}".encode())
+        write_manifest(Manifest(model=recipe.model, plan=name, plan_sha256=sha256(version / name), onnx_sha256="",
+                                gpu_name="GPU", compute_capability=cc, tensorrt_version="10.5.0.18",
+                                precision=recipe.precision, profiles=recipe.profiles,
+                                recipe_digest=recipe_digest(recipe.digest_fields()), **fields), version)
+    return name
+
+
+def test_plan_config_names_only_the_plans_built(encoder, tmp_path):
+    model_dir, recipe = tmp_path / "text_encoder", recipe_for(encoder)
+    (model_dir / "1").mkdir(parents=True)
+    assert write_plan_files(encoder, model_dir, lambda m: None)
+    config = text_format.Parse(config_path(model_dir).read_text(), mc.ModelConfig())
+    assert not config.cc_model_filenames and config.default_model_filename == "model.plan"
+    sm90 = _built(model_dir, "9.0", recipe)
+    stale = _built(model_dir, "8.6", recipe)
+    (model_dir / "1" / stale).write_bytes(b"not the plan its manifest describes")
+    assert write_plan_files(encoder, model_dir, lambda m: None)
+    config = text_format.Parse(config_path(model_dir).read_text(), mc.ModelConfig())
+    assert dict(config.cc_model_filenames) == {"9.0": sm90}
+    for name in [config.default_model_filename, *config.cc_model_filenames.values()]:
+        assert name == "model.plan" or (model_dir / "1" / name).is_file()
+    # A plan in one version directory only is not named: cc_model_filenames covers every version.
+    (model_dir / "2").mkdir()
+    assert built_plans(model_dir, recipe) == []
+    # A hardware-compatible plan serves every GPU of cc >= 8.0 as the default file.
+    (model_dir / "2").rmdir()
+    for f in (model_dir / "1").glob("*.plan*"):
+        f.unlink()
+    ampere = _built(model_dir, "8.0", recipe, hardware_compatibility="AMPERE_PLUS")
+    config = plan_config(encoder, recipe, tensorrt_options(encoder), built_plans(model_dir, recipe))
+    assert config.default_model_filename == ampere and not config.cc_model_filenames
+
+
 def test_committed_plan_config_and_recipe_match_the_spec(encoder, tmp_path):
     committed = paths.model_repository() / "text_encoder"
     (tmp_path / "text_encoder").mkdir()
-    assert write_plan_files(encoder, tmp_path / "text_encoder", lambda m: None)
+    built = built_plans(committed, recipe_for(encoder))  # what this host built, if anything
+    assert write_plan_files(encoder, tmp_path / "text_encoder", lambda m: None, built=built)
     assert config_path(committed).read_text() == config_path(tmp_path / "text_encoder").read_text(), \
         "configs/tensorrt.pbtxt is stale: run `make engines`"
     assert read_recipe(committed) == recipe_for(encoder)
+    assert feeds_path(committed).read_text() == feeds_path(tmp_path / "text_encoder").read_text(), \
+        "configs/tensorrt.feeds.json is stale: run `make engines`"
+
+
+def _specs_with(tokenizer_parameters: dict | None = None, **tensorrt) -> tuple:
+    """The real specs, with the tokenizer's [parameters] and the encoder's [hotpath.tensorrt] changed."""
+    specs = {s.name: s for s in load_specs(paths.model_specs_dir(), paths.ensemble_specs_dir())}
+    tok = specs["tokenizer"]
+    data = copy.deepcopy(tok.raw)
+    data["parameters"].update(tokenizer_parameters or {})
+    data["parameters"] = {k: v for k, v in data["parameters"].items() if v is not None}
+    specs["tokenizer"] = spec_from_dict(data, tok.name, tok.source)
+    encoder = specs["text_encoder"]
+    if tensorrt:
+        encoder = specs["text_encoder"] = with_tensorrt(encoder, **{**encoder.hotpath["tensorrt"], **tensorrt})
+    return encoder, list(specs.values())
+
+
+@pytest.mark.parametrize("pad", knob("pad_to_multiple_of").ladder_values)
+def test_committed_profile_takes_what_the_tokenizer_emits_at_every_padding_the_tuner_may_choose(pad):
+    encoder, specs = _specs_with({"pad_to_multiple_of": pad})
+    (profile,) = recipe_for(encoder, specs).profiles
+    shortest = pad or 1
+    assert all(lo[1] <= shortest and hi[1] >= 256 for lo, _, hi in profile.values())
+
+
+@pytest.mark.parametrize("pad, lo", [(0, 2), (8, 16), (16, 32)])
+def test_profile_above_the_shortest_tokenized_length_fails_the_build_naming_both_files(pad, lo):
+    encoder, specs = _specs_with({"pad_to_multiple_of": pad}, sequence_length=[lo, 32, 256])
+    with pytest.raises(SpecError) as err:
+        recipe_for(encoder, specs)
+    message = str(err.value)
+    assert err.value.field == "hotpath.tensorrt.sequence_length" and "build/text_encoder.toml" in message
+    assert "build/tokenizer.toml" in message and f"pad_to_multiple_of = {pad}" in message
+    assert f"as short as {pad or 1}" in message and "text_embedding_exact" in message
+
+
+def test_profile_below_the_tokenizer_max_length_fails_the_build():
+    encoder, specs = _specs_with(sequence_length=[1, 32, 128])
+    with pytest.raises(SpecError, match=r"ends at 128 tokens.*build/tokenizer.toml.*up to 256"):
+        recipe_for(encoder, specs)
+    encoder, specs = _specs_with({"max_length": None}, sequence_length=[1, 32, 256])
+    with pytest.raises(SpecError, match="does not truncate"):
+        recipe_for(encoder, specs)
+
+
+def test_the_engines_step_checks_the_profile_against_the_tokenizer(encoder, tmp_path, monkeypatch):
+    """`hotpath engines` (write_plan_files, the --check path through recipe_for) reads the tokenizer spec
+    from build/: a tuner that writes pad_to_multiple_of = 8 back makes the next build fail clearly."""
+    for name in ("build", "ensembles"):
+        (tmp_path / name).mkdir()
+        for f in getattr(paths, f"{'model' if name == 'build' else 'ensemble'}_specs_dir")().glob("*.toml"):
+            (tmp_path / name / f.name).write_text(f.read_text())
+    tok = tmp_path / "build" / "tokenizer.toml"
+    tok.write_text(tok.read_text().replace("pad_to_multiple_of = 16", "pad_to_multiple_of = 8"))
+    enc = tmp_path / "build" / "text_encoder.toml"
+    enc.write_text(enc.read_text().replace("sequence_length = [1, 32, 256]", "sequence_length = [16, 32, 256]"))
+    monkeypatch.setenv("HOTPATH_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.setenv("HOTPATH_ENSEMBLES_DIR", str(tmp_path / "ensembles"))
+    (tmp_path / "repo" / "text_encoder").mkdir(parents=True)
+    with pytest.raises(SpecError, match="starts at 16 tokens.*tokenizer.toml.*pad_to_multiple_of = 8"):
+        write_plan_files(load_spec(enc), tmp_path / "repo" / "text_encoder", lambda m: None)
+    assert not config_path(tmp_path / "repo" / "text_encoder").exists()
 
 
 def test_builder_is_set_up_without_tensorrt_and_stops_at_the_build(tmp_path, encoder):
@@ -241,3 +364,58 @@ def test_record_writes_the_manifest_a_fresh_plan_is_judged_by(tmp_path):
     status = plan_status(model_dir, version, recipe, Target("NVIDIA L4", "8.9", "10.5.0"))
     assert status.ok and status.manifest == manifest
     assert plan_status(model_dir, version, recipe, planrepo.H100).status == "incompatible"
+
+
+def test_calibration_feeds_have_exactly_the_opt_shape():
+    feeds = [{"ids": np.arange(1, 17).reshape(1, 16), "mask": np.ones((1, 16), np.int64)},
+             {"ids": np.arange(1, 49).reshape(1, 48), "mask": np.ones((1, 48), np.int64)},
+             {"ids": np.full((3, 32), 7), "mask": np.ones((3, 32), np.int64)}]
+    out = calibration.at_shape(feeds, {"ids": [4, 32], "mask": [4, 32]})
+    assert [b["ids"].shape for b in out] == [(4, 32), (4, 32)] and all(b["mask"].shape == (4, 32) for b in out)
+    first = out[0]
+    assert first["ids"][0, :16].tolist() == list(range(1, 17)) and not first["ids"][0, 16:].any()  # padded
+    assert first["mask"][0].sum() == 16  # padding is masked out
+    assert first["ids"][1].tolist() == list(range(1, 33))  # truncated to 32
+    assert (first["ids"][2:] == 7).all() and (out[1]["ids"][0] == 7).all()
+    assert out[1]["ids"][1].tolist() == first["ids"][0].tolist()  # the last batch filled from the start
+    assert calibration.opt_shapes({"ids": [[1, 1], [16, 32], [32, 256]]}) == {"ids": [16, 32]}
+
+
+def test_int8_build_calibrates_at_the_profile_opt_shape(encoder, tmp_path, monkeypatch):
+    spec = with_tensorrt(encoder, **{**encoder.hotpath["tensorrt"], "precision": "int8"})
+    recipe = recipe_for(spec)
+    jobs = []
+    monkeypatch.setattr(builder, "build", lambda job, log: jobs.append(job) or job.plan.write_bytes(b"plan") or 1.0)
+    monkeypatch.setattr(builder, "record", lambda *a, **k: None)
+    monkeypatch.setattr(parity, "trt_runner", lambda plan, name: None)
+    monkeypatch.setattr(parity, "compare", lambda *a, **k: parity.Parity(True, 0.0, 0.05, 0.0, 1))
+    step = PlanStep(lambda m: None, Target("NVIDIA H100 80GB HBM3", "9.0", "10.5.0.18"))
+    assert step._build_plan(spec, recipe, tmp_path) == "built"
+    (job,) = jobs
+    opt = {name: opt for name, (_, opt, _) in recipe.profiles[0].items()}
+    assert opt["input_ids"] == [16, 32]
+    batches = list(job.calibration)
+    assert batches and all({n: list(a.shape) for n, a in b.items()} == opt for b in batches)
+    rows = sum(f["input_ids"].shape[0] for f in parity_feeds(spec))
+    assert len(batches) == -(-rows // 16)  # every payload row calibrates, in full batches
+
+
+def test_parity_inputs_written_for_the_container_are_the_build_s(encoder, tmp_path):
+    (tmp_path / "text_encoder").mkdir()
+    write_plan_files(encoder, tmp_path / "text_encoder", lambda m: None)
+    written, expected = read_feeds(tmp_path / "text_encoder"), parity_feeds(encoder)
+    assert len(written) == len(expected) > 1
+    for got, want in zip(written, expected):
+        assert set(got) == set(want) and all(np.array_equal(got[n], want[n]) and got[n].dtype == want[n].dtype
+                                             for n in want)
+
+
+def test_nothing_here_references_onnxruntime_extensions():
+    """The in-graph tokenizer and onnxruntime-extensions are gone; the TensorRT path never needs them."""
+    files = [f for d in ("plans", "tensorrt") for f in (paths.ROOT / "hotpath" / d).glob("*.py")]
+    files += [paths.ROOT / p for p in ("scripts/gpu_check.py", "tests/planrepo.py", "build/text_encoder.toml",
+                                       "docker/requirements-rebuild.txt")]
+    files += list((paths.model_repository() / "text_encoder" / "configs").iterdir())
+    hits = [f for f in files if any(w in f.read_text().lower() for w in ("onnxruntime_extensions",
+                                                                         "onnxruntime-extensions", "ortextensions"))]
+    assert len(files) > 20 and hits == []

@@ -1,9 +1,13 @@
 """The container's start-up checker: per model, a fitting plan, a rebuild, the ONNX fallback or a clear failure."""
 
+import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from hotpath.tensorrt import builder, parity
 from hotpath.tensorrt.compat import Target
+from hotpath.tensorrt.manifest import read_manifest
+from hotpath.tensorrt.recipe import feeds_path
 from hotpath.tensorrt.startup import main, prepare
 from tests import planrepo
 
@@ -50,8 +54,87 @@ def test_rebuild_without_tensorrt_says_why(tmp_path):
 def test_onnx_fallback_where_the_spec_keeps_one(tmp_path):
     result, messages = run(tmp_path, A100, mode="fail")
     assert not result.problems and result.decisions["scaler"].startswith("onnx fallback")
-    assert (result.repository / "scaler").resolve() == (tmp_path / "models" / "scaler").resolve()
+    served, source = result.repository / "scaler", tmp_path / "models" / "scaler"
+    assert (served / "config.pbtxt").resolve() == (source / "config.pbtxt").resolve()
+    assert (served / "1").resolve() == (source / "1").resolve()
+    # Without configs/: `--model-config-name=tensorrt` must not pick up a config naming absent plans.
+    assert (source / "configs" / "tensorrt.pbtxt").is_file() and not (served / "configs").exists()
     assert any("serving its ONNX fallback" in m for m in messages)
+
+
+def test_served_plan_model_names_only_the_plan_it_links(tmp_path):
+    result, _ = run(tmp_path, planrepo.H100)
+    served = result.repository / "scaler"
+    config = text_format.Parse((served / "config.pbtxt").read_text(), mc.ModelConfig())
+    named = [config.default_model_filename, *config.cc_model_filenames.values()]
+    assert named == ["model.sm90.plan"] and (served / "1" / "model.sm90.plan").is_file()
+    assert not (served / "configs").exists()
+
+
+@pytest.fixture
+def fake_rebuild(monkeypatch):
+    """TensorRT faked at its boundary: the build writes bytes, and the 'TensorRT' runner the parity
+    check activates is ONNX Runtime on a scaler with the factor the test chooses (2: the same model)."""
+    built = []
+
+    def build(job, log):
+        job.plan.parent.mkdir(parents=True, exist_ok=True)
+        job.plan.write_bytes(b"engine for " + job.plan.name.encode())
+        built.append(job)
+        return 1.5
+
+    def use(factor: float, tmp_path):
+        candidate = planrepo.scaler_onnx(tmp_path / f"candidate-{factor}.onnx", factor=factor)
+        monkeypatch.setattr(parity, "trt_runner", lambda plan, name: parity.onnxrt_runner(candidate, name))
+        return built
+
+    monkeypatch.setattr(builder, "unavailable", lambda: "")
+    monkeypatch.setattr(builder, "build", build)
+    return use
+
+
+def test_rebuilt_plan_is_checked_against_onnx_runtime_before_it_is_served(tmp_path, fake_rebuild):
+    built = fake_rebuild(2.0, tmp_path)
+    result, messages = run(tmp_path, A100)
+    assert not result.problems and result.decisions == {"scaler": "tensorrt model.sm80.plan"}
+    (job,) = built
+    manifest = read_manifest(job.plan.with_name(job.plan.name + ".manifest.json"))
+    assert manifest.parity["ok"] is True and manifest.parity["max_abs_diff"] == 0.0
+    assert manifest.parity["iterations"] == len(planrepo.feeds()) and manifest.parity["where"] == "container start"
+    assert "checked" not in manifest.parity
+    assert any("parity of the rebuilt model.sm80.plan vs ONNX Runtime" in m for m in messages)
+
+
+def test_rebuilt_plan_outside_tolerance_serves_the_onnx_fallback(tmp_path, fake_rebuild):
+    built = fake_rebuild(2.5, tmp_path)
+    repo, messages = planrepo.make_repository(tmp_path), []
+    result = prepare(repo, tmp_path / "cache", A100, "rebuild", messages.append)
+    assert not result.problems
+    decision = result.decisions["scaler"]
+    assert decision.startswith("onnx fallback") and "model.sm80.plan differs from ONNX Runtime" in decision
+    (job,) = built
+    assert not job.plan.exists() and not list(job.plan.parent.glob("*.manifest.json"))
+    assert any("serving its ONNX fallback" in m and "differs" in m for m in messages)
+    # The next start on the same cache rebuilds again instead of serving what failed the check.
+    result = prepare(repo, tmp_path / "cache", A100, "rebuild", messages.append)
+    assert result.decisions["scaler"].startswith("onnx fallback") and len(built) == 2
+
+
+def test_rebuilt_plan_outside_tolerance_fails_the_start_without_a_fallback(tmp_path, fake_rebuild):
+    fake_rebuild(2.5, tmp_path)
+    result, _ = run(tmp_path, A100, onnx_fallback=False)
+    (problem,) = result.problems
+    assert problem.startswith("scaler/1") and "differs from ONNX Runtime" in problem and "plan removed" in problem
+    assert "scaler" not in result.decisions
+
+
+def test_rebuilt_plan_without_parity_inputs_is_not_served(tmp_path, fake_rebuild):
+    fake_rebuild(2.0, tmp_path)
+    repo = planrepo.make_repository(tmp_path, onnx_fallback=False)
+    feeds_path(repo / "scaler").unlink()
+    result = prepare(repo, tmp_path / "cache", A100, "rebuild", lambda m: None)
+    (problem,) = result.problems
+    assert "scaler/1" in problem and "no parity inputs (configs/tensorrt.feeds.json" in problem
 
 
 def test_no_gpu(tmp_path):

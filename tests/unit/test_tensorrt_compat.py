@@ -1,11 +1,17 @@
 """The plan compatibility matrix, manifests on disk, and what this host reports (no TensorRT here)."""
 
 import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
 
 from hotpath.tensorrt import device
-from hotpath.tensorrt.compat import Target, judge, version_tuple
+from hotpath.tensorrt.compat import Target, judge, same_version, version_tuple
 from hotpath.tensorrt.manifest import Manifest, manifest_path, manifests_in, read_manifest, write_manifest
 from hotpath.tensorrt.recipe import plan_filename
 
@@ -19,8 +25,11 @@ def built(**changes) -> Manifest:
 
 
 @pytest.mark.parametrize("manifest, target, ok, words", [
-    # same GPU, same TensorRT (the build number does not matter)
+    # same GPU, same TensorRT: the build number counts when both sides know it
+    (built(), Target("NVIDIA H100 80GB HBM3", "9.0", "10.5.0.18"), True, "same TensorRT"),
     (built(), Target("NVIDIA H100 80GB HBM3", "9.0", "10.5.0"), True, "same TensorRT"),
+    (built(), Target("NVIDIA H100 80GB HBM3", "9.0", "10.5.0.26"), False, "build number included"),
+    (built(tensorrt_version="10.5.0"), Target("NVIDIA H100 80GB HBM3", "9.0", "10.5.0.26"), True, "same TensorRT"),
     # another GPU model of the same architecture: loads, with a note
     (built(), Target("NVIDIA H200", "9.0", "10.5.0"), True, "same compute capability"),
     # another architecture
@@ -31,6 +40,8 @@ def built(**changes) -> Manifest:
     (built(), Target("NVIDIA H100 80GB HBM3", "9.0", "10.4.1"), False, "tied to their TensorRT version"),
     # version-compatible plans: later versions of the same major, and 10 -> 11, never older or 10 -> 12
     (built(version_compatible=True), Target("H100", "9.0", "10.8.0"), True, "version-compatible"),
+    (built(version_compatible=True), Target("H100", "9.0", "10.5.0.26"), True, "version-compatible"),
+    (built(version_compatible=True), Target("H100", "9.0", "10.5.0.9"), False, "older"),
     (built(version_compatible=True), Target("H100", "9.0", "11.0.0"), True, "version-compatible"),
     (built(version_compatible=True), Target("H100", "9.0", "10.4.0"), False, "older"),
     (built(version_compatible=True), Target("H100", "9.0", "12.0.0"), False, "do not cross"),
@@ -54,10 +65,72 @@ def test_other_gpu_model_of_same_architecture_is_noted():
     assert verdict.ok and "NVIDIA H100" in verdict.note
 
 
-def test_version_tuple_ignores_build_number_and_suffixes():
-    assert version_tuple("10.5.0.18") == (10, 5, 0)
+def test_version_tuple_keeps_the_build_number_and_drops_suffixes():
+    assert version_tuple("10.5.0.18") == (10, 5, 0, 18)
+    assert version_tuple("10.14.1.48.post1") == (10, 14, 1, 48)
+    assert version_tuple("10.7.0.post1") == (10, 7, 0)
     assert version_tuple("10.6") == (10, 6, 0)
     assert version_tuple("10.0.1b3") == (10, 0, 1)
+    assert same_version("10.5.0.18", "10.5.0") and not same_version("10.5.0.18", "10.5.0.26")
+    assert same_version("10.7.0.post1", "10.7.0") and not same_version("10.8.0.43", "10.9.0.34")
+
+
+# tensorrt-cu12 on PyPI (pip index versions, 2026): no build number before 10.8, then always one.
+PYPI = ["10.0.1", "10.1.0", "10.2.0", "10.2.0.post1", "10.3.0", "10.4.0", "10.5.0", "10.6.0", "10.6.0.post1",
+        "10.6.0.post2", "10.7.0", "10.7.0.post1", "10.8.0.43", "10.9.0.34", "10.10.0.31", "10.11.0.33",
+        "10.12.0.36", "10.13.0.35", "10.13.2.6", "10.13.3.9", "10.13.3.9.post1", "10.14.1.48", "11.0.0.114"]
+
+
+@pytest.mark.parametrize("runtime, requirement, installs", [
+    ("10.8.0.43", "tensorrt-cu12==10.8.0.43", "10.8.0.43"),    # the build number is on PyPI from 10.8
+    ("10.13.3.9", "tensorrt-cu12==10.13.3.9", "10.13.3.9"),
+    ("10.5.0.18", "tensorrt-cu12==10.5.0.*", "10.5.0"),        # NGC 24.10's libnvinfer; PyPI has 10.5.0
+    ("10.7.0", "tensorrt-cu12==10.7.0.*", "10.7.0.post1"),
+    ("10.9.0", "tensorrt-cu12==10.9.0.*", "10.9.0.34"),        # build number unknown
+])
+def test_pip_requirement_matches_a_wheel_of_the_same_runtime(runtime, requirement, installs):
+    assert device.pip_requirement(runtime) == requirement
+    spec = SpecifierSet(requirement.removeprefix("tensorrt-cu12"))
+    matching = [v for v in PYPI if Version(v) in spec]
+    assert matching and max(matching, key=Version) == installs  # what pip would pick
+    assert all(same_version(v, runtime) for v in matching)
+    # The old pin, major.minor.patch exactly, finds nothing from 10.8 on.
+    old = SpecifierSet("==" + ".".join(runtime.split(".")[:3]))
+    assert bool([v for v in PYPI if Version(v) in old]) == (version_tuple(runtime)[:2] < (10, 8))
+
+
+def test_pip_requirement_cli(monkeypatch, capsys):
+    monkeypatch.setenv("HOTPATH_TENSORRT_VERSION", "10.8.0.43")
+    assert device.main(["--pip-requirement"]) == 0
+    assert capsys.readouterr().out.strip() == "tensorrt-cu12==10.8.0.43"
+    monkeypatch.setenv("HOTPATH_TENSORRT_VERSION", "")
+    monkeypatch.setattr(device, "tensorrt_version", lambda: "")
+    assert device.main(["--pip-requirement"]) == 1
+    assert "no TensorRT version" in capsys.readouterr().err
+
+
+def test_libnvinfer_version_includes_the_build_number(monkeypatch):
+    class Lib:
+        getInferLibMajorVersion = staticmethod(lambda: 10)
+        getInferLibMinorVersion = staticmethod(lambda: 5)
+        getInferLibPatchVersion = staticmethod(lambda: 0)
+        getInferLibBuildVersion = staticmethod(lambda: 18)
+
+    monkeypatch.setattr(device.ctypes, "CDLL", lambda name: Lib())
+    assert device._libnvinfer_version() == "10.5.0.18"
+    del Lib.getInferLibBuildVersion
+    assert device._libnvinfer_version() == "10.5.0"
+
+
+def test_device_detection_needs_no_tritonclient():
+    # scripts/gpu_check.py and the container's checker run it where tritonclient is absent.
+    probe = ("import sys; sys.modules['tritonclient'] = None; sys.modules['tensorrt'] = None\n"
+             "from hotpath.tensorrt import compat, device, inventory, recipe\n"
+             "print(device.pip_requirement('10.8.0.43'), device.detect().compute_capability or '-')")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                         env={"PATH": "/nonexistent", "PYTHONPATH": str(device.__file__).rsplit("/hotpath/", 1)[0]})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["tensorrt-cu12==10.8.0.43", "-"]
 
 
 def test_manifest_round_trip_and_listing(tmp_path):
@@ -87,3 +160,52 @@ def test_device_overrides_and_absence(monkeypatch):
     # This machine has neither nvidia-smi nor TensorRT (Python module or libnvinfer).
     monkeypatch.setenv("PATH", "/nonexistent")
     assert device.detect() == Target("", "", "")
+
+
+GPU_CHECK = device.__file__.rsplit("/hotpath/", 1)[0] + "/scripts/gpu_check.py"
+
+
+def test_gpu_check_runs_here_with_the_gpu_stages_skipped(tmp_path):
+    """As the GPU machine runs it: no tritonclient, no TensorRT; here also no GPU (nvidia-smi off PATH)."""
+    out = tmp_path / "gpu_check.json"
+    probe = ("import runpy, sys; sys.modules['tritonclient'] = None; sys.modules['tensorrt'] = None; "
+             f"sys.argv = [{GPU_CHECK!r}, '--out', {str(out)!r}, '--data-dir', {str(tmp_path / 'none')!r}]; "
+             f"runpy.run_path({GPU_CHECK!r}, run_name='__main__')")
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300,
+                         env={"PATH": "/nonexistent", "HOME": str(tmp_path)})
+    assert run.returncode == 0, run.stdout + run.stderr
+    printed = json.loads(run.stdout)  # one JSON object is all it prints on stdout
+    assert printed == json.loads(out.read_text())
+    assert printed["gpu"] is False and printed["skipped_gpu_stages"] == list(printed["stages"])
+    stages = printed["stages"]
+    assert set(stages) == {"device", "compatibility", "parity_fp16_cuda", "latency_cuda"}
+    assert all(s["status"] == "skipped" and s["why"] for s in stages.values())
+    assert stages["device"]["why"].startswith("no GPU seen by nvidia-smi")
+    assert "GPU stages skipped" in printed["note"]
+
+
+def test_gpu_check_encoder_port_matches_the_exported_onnx():
+    """The plain-torch encoder gpu_check runs on CUDA is the model ONNX Runtime serves (FP32, CPU here)."""
+    import runpy
+
+    import numpy as np
+    import torch
+
+    onnx_path = device.__file__.rsplit("/hotpath/", 1)[0] + "/model_repository/text_encoder/1/model.onnx"
+    if not Path(onnx_path).is_file():
+        pytest.skip("model.onnx is a build output: run `make engines`")
+    import onnxruntime as ort
+    from safetensors.torch import load_file
+
+    from hotpath.exporters.sentence_encoder import minilm_dir
+    from hotpath.runtime.text import encode, load_tokenizer
+
+    check = runpy.run_path(GPU_CHECK)
+    weights = load_file(str(minilm_dir() / "model.safetensors"))
+    feeds = encode(load_tokenizer(minilm_dir() / "tokenizer.json", 256, pad_to_multiple_of=16),
+                   ["hello world", "", "Низкая задержка важнее средней.", "emoji 🚀 " * 30])
+    ref = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    with torch.inference_mode():
+        got = check["minilm"](weights, *(torch.from_numpy(feeds[n]) for n in check["INPUTS"])).numpy()
+    assert got.shape == ref.shape == (4, 384)
+    assert float(np.abs(got - ref).max()) <= check["IMPLEMENTATION_ATOL"]

@@ -120,7 +120,7 @@ def test_moves_stay_within_the_thread_budget_and_include_joint_layouts():
     # All queue delays together.
     assert any(str(mv).count("max_queue_delay_microseconds") == 2 for mv in moves)
     assert SearchSpace({"tokenizer": TOKENIZER, "text_encoder": ENCODER}, cores=8).thread_budget == 8
-    # One model (tokenizer inside the ONNX graph) using both cores: instances only in exchange for threads.
+    # One model using both cores: instances only in exchange for threads.
     alone = SearchSpace({"text_encoder": ENCODER}, cores=2)
     labels = [str(mv) for mv in alone.moves(alone.start)]
     assert "text_encoder.instance_count: 1 -> 2 + text_encoder.intra_op_thread_count: 2 -> 1" in labels
