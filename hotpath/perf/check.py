@@ -34,8 +34,25 @@ class CheckRow:
     floor: Floor | None = None
 
     @property
-    def ok(self) -> bool:
+    def absolute_ok(self) -> bool:
         return self.point.p95_ms <= self.slo.p95_ms
+
+    @property
+    def relative_target_ms(self) -> float | None:
+        """The target scaled to this host: by the floor's batch-1 p50 measured in this run."""
+        return self.slo.relative_target_ms(self.floor.single_p50_ms()) if self.floor else None
+
+    @property
+    def relative_ok(self) -> bool | None:
+        target = self.relative_target_ms
+        return None if target is None else self.point.p95_ms <= target
+
+    @property
+    def ok(self) -> bool:
+        """The verdict the SLO asks for; a relative one falls back to absolute when no floor was measured."""
+        if self.slo.verdict == "relative" and self.relative_ok is not None:
+            return self.relative_ok
+        return self.absolute_ok
 
     @property
     def floor_throughput(self) -> float:
@@ -55,19 +72,28 @@ def check(url: str, slos: list[Slo], measurement: Measurement = Measurement(), l
 
 def format_table(rows: list[CheckRow], quiet: QuietReport | None = None) -> str:
     lines = ["| endpoint | load | target p95 | measured p50 | measured p95 | throughput | in-process floor (same run) "
-             "| ratio to floor | bottleneck step | result |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| ratio to floor | bottleneck step | absolute | relative to the floor | result |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         p = r.point
         worst = bottleneck({m: s for m, s in p.steps.items() if m != r.slo.endpoint} or p.steps) or "-"
         floor = f"{r.floor_throughput:.1f}/s" if r.floor else "-"
         ratio = f"{p.throughput / r.floor_throughput:.2f}" if r.floor_throughput else "-"
+        target = r.relative_target_ms
+        relative = "-" if target is None else (
+            f"{'PASS' if r.relative_ok else 'MISS'} (p95 <= {target:.1f} ms: {r.slo.p95_ms:g} x floor "
+            f"{r.floor.single_p50_ms():.2f} / {r.slo.floor_reference_ms:g} ms)")
         lines.append(f"| {r.slo.endpoint} | concurrency {r.slo.concurrency} | {r.slo.p95_ms:g} ms | {p.p50_ms:.1f} ms "
                      f"| {p.p95_ms:.1f} ms | {p.throughput:.1f}/s | {floor} | {ratio} | {worst} "
-                     f"| {'PASS' if r.ok else 'MISS'} |")
+                     f"| {'PASS' if r.absolute_ok else 'MISS'} | {relative} "
+                     f"| {'PASS' if r.ok else 'MISS'} ({r.slo.verdict}) |")
     lines.append("")
     for r in rows:
         if r.floor:
             lines.append(f"floor {r.slo.endpoint}: {r.floor.describe(r.slo.p95_ms)}")
+    lines.append("absolute: the target as written; relative: the target scaled by this host's floor against the "
+                 "floor of the host it was set on (perf/slo.toml floor_reference_ms), so a MISS there is the code, "
+                 "a MISS only in absolute terms is the machine")
     if quiet:
         lines.append(f"machine before measuring: {quiet.summary()}")
     return "\n".join(lines)

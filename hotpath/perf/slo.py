@@ -18,6 +18,17 @@ class Slo:
     input_data: Path
     floor_ratio_goal: float | None = None
     capacity_per_s: float | None = None   # measured throughput within p95_ms at `concurrency` (gateway's admission cap)
+    # The in-process floor's batch-1 p50 on the host where p95_ms was set. With it, the target also reads
+    # relative to the floor measured in the same run: p95_ms x floor_now / floor_reference_ms, so a host
+    # 3x slower than that one gets a 3x looser bound for the same code.
+    floor_reference_ms: float | None = None
+    verdict: str = "absolute"             # which bound perf-check fails on: "absolute" or "relative"
+
+    def relative_target_ms(self, floor_now_ms: float) -> float | None:
+        """p95_ms scaled by this host's floor (measured now) against the reference host's; None without one."""
+        if not self.floor_reference_ms or floor_now_ms <= 0:
+            return None
+        return self.p95_ms * floor_now_ms / self.floor_reference_ms
 
 
 def slo_file() -> Path:
@@ -37,7 +48,12 @@ def load_slos(profile: str = "cpu", path: Path | None = None) -> dict[str, Slo]:
     for name, e in endpoints.items():
         try:
             slos[name] = Slo(name, float(e["p95_ms"]), int(e["concurrency"]), paths.ROOT / e["input_data"],
-                             e.get("floor_ratio_goal"), e.get("capacity_per_s"))
+                             e.get("floor_ratio_goal"), e.get("capacity_per_s"), e.get("floor_reference_ms"),
+                             e.get("verdict", "absolute"))
         except KeyError as exc:
             raise HotpathError(f"{path}: profiles.{profile}.endpoints.{name} needs '{exc.args[0]}'") from None
+        slo = slos[name]
+        if slo.verdict not in ("absolute", "relative") or (slo.verdict == "relative" and not slo.floor_reference_ms):
+            raise HotpathError(f"{path}: profiles.{profile}.endpoints.{name}: verdict must be 'absolute' or "
+                               f"'relative', and 'relative' needs floor_reference_ms (got {slo.verdict!r})")
     return slos

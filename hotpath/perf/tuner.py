@@ -1,7 +1,10 @@
 """Hill climbing over all steps' knobs at once, ranked by the server-side breakdown, against a p95 target.
 
-Objective: the highest throughput among the points of a short concurrency sweep whose p95 meets
-the target; the p95 at the declared load breaks ties. Brute force over every knob of every step
+Objective: first a constraint, then throughput. The constraint: p50 at concurrency 1 (where an
+endpoint spends its quiet hours, and where a user first tries it) no worse than the starting
+configuration's by more than `low_load_slack`, so a layout that buys throughput with low-load latency
+is never kept. Then the highest throughput among the points of a short concurrency sweep whose p95
+meets the target; the p95 at the declared load breaks ties. Brute force over every knob of every step
 is combinatorial (Model Analyzer's approach, and it cannot search ensembles at all). Instead each
 round takes the moves of the best state so far (single rungs and joint moves, hotpath.perf.search_space),
 ranks them by the best trial's breakdown (queue vs compute per step) and measures them in that
@@ -13,7 +16,7 @@ or the trial budget is spent.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 from hotpath.errors import HotpathError
@@ -57,16 +60,26 @@ class Trial:
 
 @dataclass(frozen=True)
 class Objective:
-    """Throughput at p95 <= target over a concurrency sweep; p95 at the declared load breaks ties."""
+    """p50 at concurrency 1 within the start's (a constraint), then throughput at p95 <= target over a
+    concurrency sweep; p95 at the declared load breaks ties."""
 
     target_ms: float
     concurrencies: tuple[int, ...]
     declared: int
     noise: float = 0.03     # differences inside this fraction are measurement noise on a shared host
+    low_load_slack: float = 0.10          # how much slower at concurrency 1 than the start a trial may be
+    low_load_p50_ms: float | None = None  # the start's p50 at concurrency 1; set by tune() after the baseline
 
     @property
     def sweep(self) -> tuple[int, ...]:
-        return tuple(sorted(set(self.concurrencies) | {self.declared}))
+        return tuple(sorted(set(self.concurrencies) | {self.declared, 1}))
+
+    def low_load_ok(self, t: Trial) -> bool:
+        """Does `t` keep concurrency 1 as fast as the start (within the slack)?"""
+        if self.low_load_p50_ms is None:
+            return True
+        p = t.at(1)
+        return p is not None and p.p50_ms <= self.low_load_p50_ms * (1 + self.low_load_slack)
 
     def goodput(self, t: Trial) -> float:
         return max((p.throughput for p in t.points if p.p95_ms <= self.target_ms), default=0.0)
@@ -79,6 +92,8 @@ class Objective:
         """Does `a` beat `b` by more than noise? Throughput within target first, then p95 at the declared load."""
         if b is None:
             return True
+        if self.low_load_ok(a) != self.low_load_ok(b):
+            return self.low_load_ok(a)
         ga, gb = self.goodput(a), self.goodput(b)
         if ga > gb * (1 + self.noise):
             return True
@@ -90,7 +105,10 @@ class Objective:
         tie = t.at(self.declared)
         tie_text = ("not measured" if tie is None else f"failed at concurrency {self.declared}"
                     if math.isinf(tie.p95_ms) else f"p95 {tie.p95_ms:.1f} ms at concurrency {self.declared}")
-        return f"{self.goodput(t):.1f}/s within {self.target_ms:g} ms, {tie_text}"
+        one = t.at(1)
+        low = "" if one is None else f"; c=1 p50 {one.p50_ms:.1f} ms" + (
+            "" if self.low_load_ok(t) else f" (over the start's {self.low_load_p50_ms:.1f} ms + {self.low_load_slack:.0%})")
+        return f"{self.goodput(t):.1f}/s within {self.target_ms:g} ms, {tie_text}{low}"
 
 
 Evaluate = Callable[[State, str], Trial]
@@ -116,7 +134,13 @@ def tune(space: SearchSpace, evaluate: Evaluate, objective: Objective, max_trial
     first = run(space.start, "baseline")
     if not first.points:
         raise HotpathError(f"the starting configuration could not be measured: {first.change}")
-    best = _keep(first, run(space.start, "baseline (repeat)") if max_trials > 1 else first, objective)
+    repeat = run(space.start, "baseline (repeat)") if max_trials > 1 else first
+    quiet_p50 = [t.at(1).p50_ms for t in (first, repeat) if t.at(1) and math.isfinite(t.at(1).p50_ms)]
+    if quiet_p50 and objective.low_load_p50_ms is None:
+        objective = replace(objective, low_load_p50_ms=min(quiet_p50))
+        log(f"[tune] constraint: p50 at concurrency 1 <= {objective.low_load_p50_ms:.1f} ms "
+            f"+ {objective.low_load_slack:.0%} (the start's)")
+    best = _keep(first, repeat, objective)
     seen = {state_key(space.start)}
     improved = True
     while improved and len(trials) < max_trials:

@@ -154,3 +154,35 @@ def test_reports_carry_the_floor_and_the_ratios_to_it(tmp_path):
     path = write_report("t", {"text_embedding": points}, {"text_embedding": slo}, tmp_path, ["preamble"], lines)
     assert "in-process floor (same run, no server)" in path.read_text()
     assert (tmp_path / "t" / "text_embedding-latency-throughput.png").stat().st_size > 0
+
+
+def test_a_relative_verdict_reads_the_same_on_a_slower_host():
+    """The same code on a host 3x slower: the absolute bound misses, the floor-scaled bound does not; a
+    regression of the code misses both."""
+    from hotpath.perf.alternatives.floor import Floor
+
+    slo = Slo("text_embedding", 25.0, 8, Path("x.json"), floor_reference_ms=3.0, verdict="relative")
+
+    def floor(batch1_ms):
+        return Floor("texts", [{"batch": 1, "spinning": False, "throughput": 1000 / batch1_ms, "p50_ms": batch1_ms,
+                                "p95_ms": batch1_ms * 1.2}])
+
+    fast, slow = CheckRow(slo, _point(20.0), floor(3.0)), CheckRow(slo, _point(60.0), floor(9.0))
+    assert fast.ok and fast.absolute_ok and fast.relative_ok
+    assert slow.relative_target_ms == 75.0 and not slow.absolute_ok and slow.relative_ok and slow.ok
+    regressed = CheckRow(slo, _point(90.0), floor(9.0))
+    assert not regressed.ok and not regressed.relative_ok
+    table = format_table([slow, regressed])
+    assert "| MISS | PASS (p95 <= 75.0 ms: 25 x floor 9.00 / 3 ms) | PASS (relative) |" in table
+    assert "| MISS | MISS (p95 <= 75.0 ms" in table
+    absolute = CheckRow(Slo("text_embedding", 25.0, 8, Path("x.json"), floor_reference_ms=3.0), _point(60.0), floor(9.0))
+    assert not absolute.ok and absolute.relative_ok, "verdict 'absolute' fails on the written target"
+
+
+def test_a_relative_verdict_needs_a_reference_floor(tmp_path):
+    bad = tmp_path / "slo.toml"
+    bad.write_text('[profiles.cpu.endpoints.x]\np95_ms = 5\nconcurrency = 1\ninput_data = "x.json"\n'
+                   'verdict = "relative"\n')
+    with pytest.raises(HotpathError, match="'relative' needs floor_reference_ms"):
+        load_slos("cpu", bad)
+    assert load_slos("cpu")["text_embedding"].verdict == "relative"
