@@ -78,7 +78,8 @@ def _build_python(spec: ModelSpec, version_dir: Path, force: bool, log: Log) -> 
     folder, code = _python_sources(spec)
     assets = [resolve_asset(ref, spec) for ref in spec.hotpath.get("assets", [])]
     digest = fingerprint(_io_settings(spec), code + assets)
-    if not force and is_fresh(version_dir, digest):
+    present = all((version_dir / p.name).is_file() for p in code + assets)   # copies are out of git
+    if not force and present and is_fresh(version_dir, digest):
         log(f"  skip: {', '.join(p.name for p in code + assets)} unchanged (fingerprint {digest[:12]})")
         return "skipped", {}
     files = []
