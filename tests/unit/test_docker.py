@@ -110,7 +110,7 @@ def test_the_code_the_image_runs_is_python_310():
     hotpath and every Python backend (the model.py files the repository holds)."""
     copies = re.findall(r"^COPY (hotpath\S*(?: hotpath\S*)*) (\S+)$", DOCKERFILE.read_text(), re.M)
     sources = [paths.ROOT / src for group, _ in copies for src in group.split()]
-    backends = sorted(paths.model_repository().glob("*/1/model.py"))
+    backends = sorted(paths.python_backends_dir().glob("*/model.py"))
     assert backends and all(p.exists() for p in sources)
     run = subprocess.run([str(BIN / "ruff"), "check", "--no-cache", "--isolated", "--target-version", "py310",
                           "--select", "E9,F63,F7,F82", *map(str, sources + backends)], capture_output=True, text=True)
