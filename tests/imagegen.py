@@ -22,12 +22,26 @@ def encode(img: Image.Image, fmt: str, **kwargs) -> bytes:
     return buf.getvalue()
 
 
-def exif_rotated_jpeg(img: Image.Image, orientation: int = 6) -> bytes:
-    """JPEG whose pixels are stored sideways, with the EXIF tag that tells viewers to rotate them."""
-    stored = img.transpose(Image.Transpose.ROTATE_90)  # orientation 6 = rotate 270 (90 CW) to view
+# How a camera stores an upright view for each EXIF orientation value (the inverse of what a viewer,
+# and ImageOps.exif_transpose, applies): 6 = stored rotated 90 CCW, shown after rotating 90 CW.
+_STORED = {
+    1: None,
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_90,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_270,
+}
+
+
+def exif_rotated_jpeg(img: Image.Image, orientation: int = 6, quality: int = 95) -> bytes:
+    """JPEG whose pixels are stored transposed, with the EXIF tag that tells viewers to turn them upright."""
+    stored = img if _STORED[orientation] is None else img.transpose(_STORED[orientation])
     exif = Image.Exif()
     exif[0x0112] = orientation
-    return encode(stored, "JPEG", quality=95, exif=exif.tobytes())
+    return encode(stored, "JPEG", quality=quality, exif=exif.tobytes())
 
 
 def variants() -> dict[str, bytes]:

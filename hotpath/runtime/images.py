@@ -4,7 +4,10 @@ Decode (JPEG, PNG, WebP) with EXIF orientation applied, convert any mode to RGB 
 over white), resize so the shorter side is 256 (bilinear, antialiased), center-crop 224. Large JPEGs
 are decoded at reduced size (libjpeg DCT scaling through Pillow's `draft`), which skips most of
 the decode work while staying at or above the resize target. The resize and the crop are one
-`Image.resize(box=...)` call, so only the cropped region is ever resampled.
+`Image.resize(box=...)` call, so only the cropped region is ever resampled. Pillow's wheel bundles
+libjpeg-turbo, so other bindings of it (simplejpeg, PyTurboJPEG) decode the same pixels no faster
+(within +-8% per image; their finer M/8 scales change the classifier's answers):
+perf/reports/image_decode_libraries.md.
 
 Work per image is bounded before any pixel is decoded: encoded bytes (`max_bytes`), the size the
 header declares (`max_pixels`) and the pixels the decoder will actually produce after reduced-size
