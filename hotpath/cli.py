@@ -194,9 +194,8 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace, slos: dict) -> int:
-    from hotpath.perf.explain import explain, format_breakdown, write_report
-
     from hotpath.perf.check import before_measuring
+    from hotpath.perf.explain import explain, format_breakdown, write_report
     from hotpath.perf.payloads import payload_for
     from hotpath.perf.slo import Slo
 

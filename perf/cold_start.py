@@ -5,8 +5,8 @@
 
 import argparse
 import platform
-import statistics
 import signal
+import statistics
 import sys
 import tempfile
 from datetime import datetime, timezone

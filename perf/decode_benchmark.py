@@ -60,9 +60,9 @@ def draft_vs_full() -> None:
     for size in SIZES:
         data = jpeg_photo(size, quality=90)
         repeats = max(5, int(2000 / size))
-        fast = median_ms(lambda: preprocess(data, PreprocessOptions(fast_jpeg=True)), repeats)
+        fast = median_ms(lambda data=data: preprocess(data, PreprocessOptions(fast_jpeg=True)), repeats)
         full_opts = PreprocessOptions(fast_jpeg=False, max_decoded_pixels=10**9)  # the full decode, unbounded
-        full = median_ms(lambda: preprocess(data, full_opts), repeats)
+        full = median_ms(lambda data=data, opts=full_opts: preprocess(data, opts), repeats)
         diff = np.abs(preprocess(data, PreprocessOptions(fast_jpeg=True)).astype(float)
                       - preprocess(data, full_opts).astype(float)).mean()
         rows.append(f"| {size}x{size} | {len(data) / 1024:.0f} KB | {full:.2f} | {fast:.2f} | {full / fast:.1f}x | {diff:.2f} |")

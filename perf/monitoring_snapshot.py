@@ -70,7 +70,7 @@ def main() -> int:
                       "| question | series | value |", "|---|---|---|",
                       f"| how slow, client side (perf_analyzer) | p50 / p95 / p99 | {point.p50_ms:.1f} / {point.p95_ms:.1f} / "
                       f"{point.p99_ms:.1f} ms at {point.throughput:.1f} req/s |",
-                      f"| how slow, server side | `hotpath:request_latency_ms:p50/p95/p99` | "
+                      "| how slow, server side | `hotpath:request_latency_ms:p50/p95/p99` | "
                       + " / ".join(f"{v:.1f}" if v is not None else "-" for v in q.values()) + " ms |"]
             for label, series in (("queue per endpoint request", "hotpath:endpoint_queue_ms_per_request:rate1m"),
                                   ("throughput", "hotpath:requests_per_second:rate1m"),
@@ -82,7 +82,7 @@ def main() -> int:
                 lines.append(f"| where the time goes: {step} | `hotpath:queue_ms_per_request` / `compute_ms_per_request` | "
                              f"queue {steps_queue.get(step, float('nan')):.1f} ms + compute "
                              f"{steps_compute.get(step, float('nan')):.1f} ms |")
-            lines += [f"| pending requests (max over 30 s) | `nv_inference_pending_request_count` | "
+            lines += ["| pending requests (max over 30 s) | `nv_inference_pending_request_count` | "
                       + ", ".join(f"{k} {v:.0f}" for k, v in sorted(pending.items())) + " |",
                       f"| CPU busy (max over 30 s) | `nv_cpu_utilization` | {max(cpu.values()):.0%} |", ""]
             print("\n".join(lines[-12:]), flush=True)

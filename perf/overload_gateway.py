@@ -90,7 +90,7 @@ def main() -> int:
                     logged, before = len(gateway.log()), read_proc()
                     rate = round(factor * slo.capacity_per_s)
                     r = run_open_loop(gateway.grpc_url, MODEL,
-                                      lambda i: [text_input("TEXT", [UNIQUE.format(f"{cap}x{factor}", i)])],
+                                      lambda i, tag=f"{cap}x{factor}": [text_input("TEXT", [UNIQUE.format(tag, i)])],
                                       rate, args.duration, headers=headers)
                     others = _others_cores(before, read_proc())
                     nginx = [e.seconds for e in gateway.log()[logged:] if e.grpc_status == "14"]

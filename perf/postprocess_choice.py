@@ -22,8 +22,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from hotpath import paths
 from hotpath.config import to_pbtxt
 from hotpath.exporters.image_classifier import parity_batch
-from hotpath.runtime.ort_session import make_session
 from hotpath.perf.analyzer import perf_analyzer_binary, run_perf_analyzer
+from hotpath.runtime.ort_session import make_session
 from hotpath.server.admin import perf_analyzer_flags
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton

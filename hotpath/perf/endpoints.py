@@ -15,8 +15,15 @@ from hotpath.errors import HotpathError
 from hotpath.perf.alternatives import served
 from hotpath.perf.alternatives.floor import Floor, measure_floor
 from hotpath.perf.alternatives.pipelines import ImagePipeline, TextPipeline
-from hotpath.perf.payloads import (Payload, encoder_entries, generated_dir, image_entries, jpeg_photo,
-                                   pixel_entries, short_texts)
+from hotpath.perf.payloads import (
+    Payload,
+    encoder_entries,
+    generated_dir,
+    image_entries,
+    jpeg_photo,
+    pixel_entries,
+    short_texts,
+)
 
 
 @dataclass(frozen=True)

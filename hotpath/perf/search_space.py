@@ -16,8 +16,15 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from hotpath.perf.knobs import IntraOpThreads, InstanceCount, Knob, knob, knobs_for, read_knobs
-from hotpath.perf.knobs import apply_knobs  # noqa: F401  (alternatives/served.py imports it from here)
+from hotpath.perf.knobs import (
+    InstanceCount,
+    IntraOpThreads,
+    Knob,
+    apply_knobs,  # noqa: F401  (alternatives/served.py imports it from here)
+    knob,
+    knobs_for,
+    read_knobs,
+)
 from hotpath.perf.stats import step_cost
 
 State = dict[str, dict[str, Any]]          # model -> knob name -> value

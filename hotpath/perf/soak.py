@@ -19,8 +19,8 @@ import tritonclient.grpc as grpcclient
 
 from hotpath import paths
 from hotpath.client import text_input
-from hotpath.perf.open_loop import OpenLoopResult, run_open_loop
 from hotpath.perf.endpoints import get_endpoint
+from hotpath.perf.open_loop import OpenLoopResult, run_open_loop
 from hotpath.server.stubs import rss_mb
 
 # Offered load per endpoint on the 2-core CPU profile: the endpoints together at about half of what

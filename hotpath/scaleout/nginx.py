@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import signal
+import socket
 import subprocess
 import tempfile
 import time

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Callable
 import tritonclient.grpc as grpcclient
 from tritonclient.grpc import model_config_pb2 as mc
 
-from hotpath.health.probe import ProbeResult, endpoints, probe, read_configs
 from hotpath.config import instance_count
+from hotpath.health.probe import ProbeResult, endpoints, probe, read_configs
 from hotpath.server.model_control import load_config, served_config
 from hotpath.server.stubs import stub_census
 

@@ -13,8 +13,14 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from hotpath.client import TOKEN_ENV, EmbeddingClient, GenerationClient, UnauthenticatedError, text_input
-from hotpath.gateway.config import (ADMIN_ONLY, OVERLOADED, RATE_LIMITED, TOO_LARGE, UNAUTHENTICATED,
-                                    TenantGatewaySettings)
+from hotpath.gateway.config import (
+    ADMIN_ONLY,
+    OVERLOADED,
+    RATE_LIMITED,
+    TOO_LARGE,
+    UNAUTHENTICATED,
+    TenantGatewaySettings,
+)
 from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
 from hotpath.gateway.local import LocalGateway
 from hotpath.gateway.tenants import load_tenants, new_token

@@ -73,7 +73,7 @@ def test_one_worst_case_input_does_not_stall_its_neighbours(grpc_url, model):
     for payload, refused in _worst_cases(model):
         stop, neighbours, failures = threading.Event(), [], []
 
-        def neighbour_load():
+        def neighbour_load(neighbours=neighbours, stop=stop, failures=failures):
             try:
                 neighbours.extend(_latencies_ms(grpc_url, model, goods, stop))
             except Exception as exc:  # noqa: BLE001 - reported by the assertion below

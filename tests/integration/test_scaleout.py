@@ -13,7 +13,6 @@ from hotpath.server.ports import free_ports
 from hotpath.server.subset import linked
 
 
-
 @pytest.fixture(scope="module")
 def result(tmp_path_factory):
     build_repository()  # incremental: nothing to do once `make engines` ran

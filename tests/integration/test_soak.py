@@ -8,8 +8,8 @@ host makes windows noisy): the 5-minute version, `python -m hotpath.perf.soak`, 
 
 import pytest
 
-from hotpath.perf.soak import run_soak, unique_jpeg
 from hotpath.perf.payloads import jpeg_photo
+from hotpath.perf.soak import run_soak, unique_jpeg
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 

@@ -119,7 +119,7 @@ def test_bad_request_in_a_dynamic_batch_fails_alone(grpc_url, reference, endpoin
         before = _batched_executions(grpc_url, batcher)
         results, done = {}, threading.Semaphore(0)
 
-        def callback(i):
+        def callback(i, results=results, done=done):
             def _cb(result, error):
                 results[i] = (result, error)
                 done.release()

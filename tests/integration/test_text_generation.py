@@ -10,8 +10,8 @@ import urllib.request
 
 import pytest
 
-from hotpath.client import ClientError, Generation, GenerationClient, TokenDelta
 from hotpath import paths
+from hotpath.client import ClientError, Generation, GenerationClient, TokenDelta
 from hotpath.exporters.smollm2 import load_reference
 from hotpath.spec import load_spec
 

@@ -5,8 +5,16 @@ import time
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from hotpath.client import (ClientError, EmbeddingClient, InvalidInputError, RequestTimeoutError, RetryPolicy,
-                            ServerFaultError, ServerUnavailableError, client_error)
+from hotpath.client import (
+    ClientError,
+    EmbeddingClient,
+    InvalidInputError,
+    RequestTimeoutError,
+    RetryPolicy,
+    ServerFaultError,
+    ServerUnavailableError,
+    client_error,
+)
 from hotpath.server.ports import free_ports
 
 

@@ -1,14 +1,15 @@
 """The liveness probe's requests and the watchdog's reading of errors, without a server."""
 
+import io
+
 import numpy as np
 import pytest
 from PIL import Image
-import io
+from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath.health.probe import ProbeError, ProbeResult, endpoints, probe_inputs, read_configs
 from hotpath.paths import model_repository
 from hotpath.server.watchdog import models_named_unhealthy
-from tritonclient.grpc import model_config_pb2 as mc
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,7 @@ import pytest
 
 from hotpath.errors import HotpathError
 from hotpath.scaleout import nginx as nginx_module
-from hotpath.scaleout.nginx import (LOG_FIELDS, GatewaySettings, LocalNginx, config, log_format,
-                                    parse_access_log, render)
+from hotpath.scaleout.nginx import LOG_FIELDS, GatewaySettings, LocalNginx, config, log_format, parse_access_log, render
 from hotpath.server.ports import free_ports
 
 UPSTREAMS = ("127.0.0.1:9001", "127.0.0.1:9011", "127.0.0.1:9021")

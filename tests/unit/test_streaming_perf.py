@@ -10,8 +10,15 @@ import torch
 from hotpath.errors import HotpathError
 from hotpath.perf.alternatives.generation_fastapi import TokenStreamer
 from hotpath.perf.generation_compare import one_at_a_time, report
-from hotpath.perf.streaming import (StreamingSlo, StreamRecord, load_streaming_slos, markdown_table, meets, run_load,
-                                    summarize)
+from hotpath.perf.streaming import (
+    StreamingSlo,
+    StreamRecord,
+    load_streaming_slos,
+    markdown_table,
+    meets,
+    run_load,
+    summarize,
+)
 
 
 def test_summarize_separates_first_token_from_inter_token_gaps():
@@ -63,7 +70,7 @@ def test_the_repository_slo_file_has_generation_targets():
 
 
 def test_report_gives_the_batching_ratio_and_the_slo_verdict():
-    def stats(label, c, tokens, ttft=[0.2], gap=0.05):
+    def stats(label, c, tokens, ttft=(0.2,), gap=0.05):
         times = [t + gap * i for t in ttft for i in range(tokens)]
         return summarize(label, c, [StreamRecord(times, times[-1])], wall_s=1.0)
 

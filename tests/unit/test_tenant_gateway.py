@@ -16,12 +16,31 @@ import grpc
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from hotpath.client import (TOKEN_ENV, ClientError, EmbeddingClient, InvalidInputError, ServerFaultError,
-                            ServerUnavailableError, UnauthenticatedError, client_error, connect)
+from hotpath.client import (
+    TOKEN_ENV,
+    ClientError,
+    EmbeddingClient,
+    InvalidInputError,
+    ServerFaultError,
+    ServerUnavailableError,
+    UnauthenticatedError,
+    client_error,
+    connect,
+)
 from hotpath.errors import HotpathError
 from hotpath.gateway.__main__ import main as gateway_main
-from hotpath.gateway.config import (ADMIN_ONLY, GRPC_STREAM, HTTP_STREAM, TOKEN_MAP, UNAUTHENTICATED, UNREACHABLE,
-                                    TenantGatewaySettings, config, rate_classes, token_map)
+from hotpath.gateway.config import (
+    ADMIN_ONLY,
+    GRPC_STREAM,
+    HTTP_STREAM,
+    TOKEN_MAP,
+    UNAUTHENTICATED,
+    UNREACHABLE,
+    TenantGatewaySettings,
+    config,
+    rate_classes,
+    token_map,
+)
 from hotpath.gateway.limits import BODY_OVERHEAD_BYTES, admission_cap, little_cap, max_body_bytes, stream_cap
 from hotpath.gateway.local import LocalGateway, parse_log
 from hotpath.gateway.tenants import Tenant, load_tenants, new_token, parse_tenants
