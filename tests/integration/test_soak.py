@@ -13,6 +13,8 @@ from hotpath.perf.soak import run_soak, unique_jpeg
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 
+pytestmark = pytest.mark.slow   # minutes of load: `pytest -m 'not slow'` leaves it out
+
 RATES = {"text_embedding": 60.0, "text_embedding_exact": 15.0, "image_classification": 15.0}
 
 

@@ -13,6 +13,8 @@ from hotpath.perf.tune_run import run_tune
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 
+pytestmark = pytest.mark.slow   # minutes of load: `pytest -m 'not slow'` leaves it out
+
 
 @pytest.fixture(scope="module")
 def explicit_url(triton):   # the session server's fixture builds the repository first
