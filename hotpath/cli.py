@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
 import time
@@ -116,36 +115,15 @@ def cmd_classify(args: argparse.Namespace) -> int:
     return failed
 
 
-@contextlib.contextmanager
-def _local_server(url: str | None, model_control: str = "explicit", stub_timing: bool = False):
-    """An existing server at `url` (yields None), or a local LocalTriton on free ports for the duration."""
-    if url:
-        yield None
-        return
-    from hotpath.server.ports import ServerPorts, free_ports
-    from hotpath.server.process import LocalTriton
-
-    http, grpc, metrics = free_ports(3)
-    with LocalTriton(ports=ServerPorts(http, grpc, metrics), model_control=model_control,
-                     stub_timing=stub_timing) as server:
-        yield server
-
-
-@contextlib.contextmanager
-def _server(url: str | None, model_control: str = "explicit"):
-    """An existing server at `url`, or a local one on free ports for the duration."""
-    with _local_server(url, model_control) as server:
-        yield url or server.grpc_url
-
-
 def cmd_perf_check(args: argparse.Namespace) -> int:
     from hotpath.perf.check import before_measuring, check, format_table
     from hotpath.perf.slo import load_slos
+    from hotpath.server.process import server_url
 
     slos = load_slos(args.profile)
     selected = [slos[e] for e in (args.endpoint or sorted(slos))]
     quiet = before_measuring(selected, args.allow_busy)
-    with _server(args.url) as url:
+    with server_url(args.url) as url:
         rows = check(url, selected)
     print(format_table(rows, quiet))
     missed = [r.slo.endpoint for r in rows if not r.ok]
@@ -159,12 +137,13 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from hotpath.perf.check import before_measuring
     from hotpath.perf.slo import load_slos
     from hotpath.perf.tune_run import run_tune, write_winner
+    from hotpath.server.process import server_url
 
     slos = load_slos(args.profile)
     if args.endpoint not in slos:
         raise HotpathError(f"no SLO for endpoint '{args.endpoint}' in profile '{args.profile}'")
     before_measuring([slos[args.endpoint]], args.allow_busy)
-    with _server(args.url) as url:
+    with server_url(args.url) as url:
         best, trials, record = run_tune(url, slos[args.endpoint], args.max_trials, args.concurrency, args.threads,
                                         vs_model_analyzer=args.vs_model_analyzer)
     if args.no_write:
@@ -179,6 +158,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 def cmd_perf(args: argparse.Namespace) -> int:
     from hotpath.perf.perf_run import run_perf
     from hotpath.perf.slo import load_slos
+    from hotpath.server.process import server_url
 
     slos = load_slos(args.profile)
     if args.explain:
@@ -187,7 +167,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
     from hotpath.perf.check import before_measuring
 
     quiet = before_measuring([slos[e] for e in endpoints], args.allow_busy)
-    with _server(args.url) as url:
+    with server_url(args.url) as url:
         run_perf(url, slos, endpoints, quick=args.quick, compare=args.compare, name=args.name, quiet=quiet,
                  alternatives=args.alternative)
     return 0
@@ -198,13 +178,14 @@ def _explain(args: argparse.Namespace, slos: dict) -> int:
     from hotpath.perf.explain import explain, format_breakdown, write_report
     from hotpath.perf.payloads import payload_for
     from hotpath.perf.slo import Slo
+    from hotpath.server.process import local_server
 
     slo = slos.get(args.explain)
     if slo is None:  # an endpoint without a target of its own (text_embedding_exact): its registry payload
         slo = Slo(args.explain, float("inf"), 8, payload_for(args.explain))
     before_measuring([slo], args.allow_busy)
     concurrencies = sorted({1, slo.concurrency})
-    with _local_server(args.url, stub_timing=True) as server:
+    with local_server(args.url, stub_timing=True) as server:
         url = args.url or server.grpc_url
         stub_dir = server.stub_timing_dir if server else None
         results = explain(url, args.explain, slo.input_data, concurrencies, stub_dir=stub_dir)

@@ -123,8 +123,12 @@ class RetryPolicy:
                 error = client_error(where, exc)
             if not error.retryable or attempt >= self.attempts:
                 raise error from None
-            time.sleep(random.uniform(0, min(self.max_backoff_s, self.initial_backoff_s * 2 ** (attempt - 1))))
+            time.sleep(self.backoff_s(attempt))
             attempt += 1
+
+    def backoff_s(self, attempt: int) -> float:
+        """The pause after failed attempt number `attempt` (1-based): full jitter, capped."""
+        return random.uniform(0, min(self.max_backoff_s, self.initial_backoff_s * 2 ** (attempt - 1)))
 
 
 TOKEN_ENV = "HOTPATH_TOKEN"
@@ -308,14 +312,16 @@ class GenerationClient:
 
     `stream()` yields a TokenDelta per generated token and then the final Generation; `generate()`
     returns only the Generation. Leaving a stream early cancels the request on the server, which
-    frees its slot at the next decode step. One request at a time per client.
+    frees its slot at the next decode step. One request at a time per client. Retryable errors are
+    retried per `retry`, the policy of every hotpath client, but only before the first token: a stream
+    that has yielded tokens is never replayed (its reader would see them twice).
     """
 
     model = "text_generation"
 
     def __init__(self, url: str = "localhost:8001", model: str | None = None, timeout_s: float = 120.0,
-                 token: str | None = None):
-        self.url, self.model, self.timeout_s = url, model or self.model, timeout_s
+                 token: str | None = None, retry: RetryPolicy = RetryPolicy()):
+        self.url, self.model, self.timeout_s, self.retry = url, model or self.model, timeout_s, retry
         self._client = connect(url, token)
         self._responses: queue.Queue = queue.Queue()
         self._streaming = False
@@ -340,6 +346,21 @@ class GenerationClient:
 
     def stream(self, prompt: str | bytes, **params) -> Iterator[TokenDelta | Generation]:
         """Yield TokenDelta per token, then the Generation; raises ClientError on a server error."""
+        attempt = 1
+        while True:
+            started = False
+            try:
+                for event in self._stream_once(prompt, **params):
+                    started = True
+                    yield event
+                return
+            except ClientError as error:
+                if started or not error.retryable or attempt >= self.retry.attempts:
+                    raise
+            time.sleep(self.retry.backoff_s(attempt))
+            attempt += 1
+
+    def _stream_once(self, prompt: str | bytes, **params) -> Iterator[TokenDelta | Generation]:
         self._open()
         request_id = uuid.uuid4().hex
         sent = time.perf_counter()

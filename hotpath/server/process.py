@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import subprocess
@@ -139,3 +140,24 @@ class LocalTriton:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def local_server(url: str | None, model_control: str = "explicit", stub_timing: bool = False):
+    """An existing server at `url` (yields None), or a LocalTriton on free ports for the duration."""
+    if url:
+        yield None
+        return
+    from hotpath.server.ports import free_ports
+
+    http, grpc, metrics = free_ports(3)
+    with LocalTriton(ports=ServerPorts(http, grpc, metrics), model_control=model_control,
+                     stub_timing=stub_timing) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def server_url(url: str | None, model_control: str = "explicit"):
+    """`url` as it is, or the gRPC address of a local server started for the duration."""
+    with local_server(url, model_control) as server:
+        yield url or server.grpc_url

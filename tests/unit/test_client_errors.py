@@ -95,3 +95,33 @@ def test_unreachable_server_is_unavailable_after_bounded_retries():
     with EmbeddingClient(f"127.0.0.1:{port}", retry=RetryPolicy(attempts=2, initial_backoff_s=0.01)) as client:
         with pytest.raises(ServerUnavailableError, match=f"text_embedding at 127.0.0.1:{port}"):
             client.embed(["x"])
+
+
+def test_generation_retries_like_every_client_but_never_after_the_first_token(monkeypatch):
+    from hotpath.client import Generation, GenerationClient, RetryPolicy, ServerUnavailableError, TokenDelta
+
+    client = GenerationClient("127.0.0.1:1", retry=RetryPolicy(attempts=3, initial_backoff_s=0.001))
+    calls = []
+    done = Generation("hi", "stop", 1, 1, [5], [0.01], 0.01)
+
+    def unavailable_twice(prompt, **params):
+        calls.append(prompt)
+        if len(calls) < 3:
+            raise ServerUnavailableError("text_generation: Server exiting", "StatusCode.UNAVAILABLE")
+        yield done
+
+    monkeypatch.setattr(client, "_stream_once", unavailable_twice)
+    assert client.generate("p") is done and len(calls) == 3
+
+    calls.clear()
+
+    def broken_after_a_token(prompt, **params):
+        calls.append(prompt)
+        yield TokenDelta("h", 5, 0.01)
+        raise ServerUnavailableError("text_generation: stream broke", "StatusCode.UNAVAILABLE")
+
+    monkeypatch.setattr(client, "_stream_once", broken_after_a_token)
+    with pytest.raises(ServerUnavailableError):
+        list(client.stream("p"))
+    assert len(calls) == 1, "a stream that yielded tokens is not replayed"
+    client.close()
