@@ -20,8 +20,17 @@ from pathlib import Path
 from typing import Callable
 
 from hotpath import paths
-from hotpath.perf.streaming import (StreamingSlo, StreamingStats, load_streaming_slos, markdown_table, meets,
-                                    ndjson_sender, run_load, summarize, triton_sender)
+from hotpath.perf.streaming import (
+    StreamingSlo,
+    StreamingStats,
+    load_streaming_slos,
+    markdown_table,
+    meets,
+    ndjson_sender,
+    run_load,
+    summarize,
+    triton_sender,
+)
 
 ENDPOINT = "text_generation"
 SYSTEMS = ("hotpath", "one-at-a-time", "fastapi-transformers")
@@ -99,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--out", type=Path, default=paths.ROOT / "perf" / "reports" / f"{ENDPOINT}.md")
     args = parser.parse_args(argv)
-    from hotpath.cli import _server
+    from hotpath.server.process import server_url as _server
 
     t0 = time.perf_counter()
     with _server(args.url) as url:
