@@ -30,11 +30,11 @@ def test_a_short_tuning_run(explicit_url, tmp_path):
     best, trials, record = run_tune(explicit_url, slo, max_trials=3, concurrencies=(2,),
                                     measurement=Measurement(1000, 100, 3), reports_dir=tmp_path, log=lambda m: None)
     assert len(trials) == 3 and trials[0].change == "baseline" and trials[1].change == "baseline (repeat)"
-    # Every trial measured the sweep and the declared load (which a busy host may miss: shed requests),
-    # the sweep point with the server-side breakdown.
+    # Every trial measured concurrency 1 (the constraint), the sweep and the declared load (which a busy
+    # host may miss: shed requests), the sweep points with the server-side breakdown.
     for t in trials:
-        assert [p.concurrency for p in t.points] == [2, slo.concurrency]
-        assert t.points[0].throughput > 0 and set(best.state) <= set(t.points[0].steps), t.change
+        assert [p.concurrency for p in t.points] == [1, 2, slo.concurrency]
+        assert t.points[1].throughput > 0 and set(best.state) <= set(t.points[1].steps), t.change
     # The third trial moved a knob: the server ran it (its own knobs), then got the winner back.
     assert trials[2].state != trials[0].state
     assert {m: read_knobs(served_config(client, m)) for m in best.state} == best.state
