@@ -28,12 +28,15 @@ KINDS = ("onnx", "python", "ensemble")
 
 # hotpath-only settings a spec's [hotpath] table may hold, per kind.
 HOTPATH_KEYS = {
+    # precision: "fp32" | "int8" (hotpath.exporters.quantize); int8_min_*: the INT8 gate's floors.
     "onnx": {"kind", "exporter", "parity_atol", "parity_min_cosine", "max_length", "opset", "tensorrt",
-             "warmup_files"},
+             "warmup_files", "precision", "int8_min_top1_agreement", "int8_min_top5_overlap", "int8_min_cosine",
+             "int8_min_mean_cosine"},
     # A Python model may also own exported files (written to <version>/export/ by its exporter).
     # warmup_files: {file name: asset ref}, written to <model>/warmup/ for model_warmup input_data_file.
+    # weights: the exported graph's linear layers, "fp32" or "q4" (hotpath.exporters.smollm2).
     "python": {"kind", "python_backend", "assets", "exporter", "parity_atol", "parity_min_cosine", "opset",
-               "warmup_files"},
+               "warmup_files", "weights", "precision", "int8_min_cosine", "int8_min_mean_cosine"},
     "ensemble": {"kind"},
 }
 

