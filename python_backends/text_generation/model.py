@@ -74,7 +74,8 @@ class TritonPythonModel:
                              max_tokens=int(p.get("max_tokens_limit", settings.context)), context=settings.context)
         self.info = info
         self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        decoder = Decoder(folder / "model.onnx", info, intra_op_threads=int(p.get("intra_op_thread_count", 0)))
+        decoder = Decoder(folder / "model.onnx", info, intra_op_threads=int(p.get("intra_op_thread_count", 0)),
+                          allow_spinning=p.get("allow_spinning", "false").lower() in ("1", "true"))
         self.engine = Engine(decoder, self.tokenizer, settings)
         self.engine.warmup()
         if p.get("reuse_prefix", "true").lower() in ("1", "true"):
@@ -110,5 +111,5 @@ class TritonPythonModel:
     def finalize(self):
         generating, queued = self.engine.load
         pb_utils.Logger.log_info(f"text_generation: stopping the generation loop ({generating} generating, "
-                                 f"{queued} queued); stats {self.engine.stats}")
+                                 f"{queued} queued); {self.engine.stats.breakdown()}; stats {self.engine.stats}")
         self.engine.stop()

@@ -272,3 +272,46 @@ def test_sampling_choices():
     hot = parse_params(Limits(), temperature=100.0, seed=1)
     rng = make_rng(hot)
     assert {choose(logits, hot, rng) for _ in range(200)} == {0, 1, 2}
+
+
+def test_pool_view_follows_the_longest_sequence_and_keeps_rows_in_use():
+    from hotpath.runtime.generation.kv_pool import KVPool
+
+    pool = KVPool(layers=2, kv_heads=2, head_dim=4, slots=3, capacity=300, min_view=64)
+    assert pool.view == 64 and pool.keys[0].shape == (3, 2, 4, 64) and pool.values[1].shape == (3, 2, 64, 4)
+    rng = np.random.default_rng(0)
+    entries = [rng.standard_normal(a[:2, ..., :50].shape if i % 2 == 0 else a[:2, :, :50].shape).astype(np.float32)
+               for i, a in enumerate(pool.rows(0, 3))]
+    for i, (k, v) in enumerate(zip(pool.keys, pool.values)):
+        k[:2, :, :, :50], v[:2, :, :50] = entries[2 * i], entries[2 * i + 1]
+    assert pool.fit(130, rows=2, used=50) and pool.view == 256
+    assert all(a.flags.c_contiguous for a in pool.rows(0, 2))
+    for i, (k, v) in enumerate(zip(pool.keys, pool.values)):  # the valid part moved with the layout
+        assert np.array_equal(k[:2, :, :, :50], entries[2 * i]) and np.array_equal(v[:2, :, :50], entries[2 * i + 1])
+    assert not pool.fit(200, rows=2, used=50)           # fits: no change
+    assert pool.fit(290, rows=2, used=50) and pool.view == 300   # capped at the capacity
+    assert pool.fit(40, rows=2, used=39) and pool.view == 128    # a quarter would do: narrowed, with headroom
+    for i, k in enumerate(pool.keys):
+        assert np.array_equal(k[:2, :, :, :39], entries[2 * i][..., :39])
+    with pytest.raises(ValueError, match="do not fit"):
+        pool.fit(301, rows=1, used=0)
+
+
+def test_decode_reads_a_view_sized_to_the_sequence_and_rebinds_only_on_change(tiny, decoder):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=2, context=256, prefill_chunk=64))
+    prompt = ids_of(tiny, PROMPTS[4])   # ~140 tokens: grows the view past 64 and 128
+    sink = Collect()
+    engine.submit(prompt, greedy(24), sink)
+    views, logits_buffers = set(), set()
+    rebinds = decoder.rebinds
+    while not sink.final:
+        engine.step()
+        views.add(engine.pool.view)
+    assert sink.tokens == tinyllm.greedy_reference(tiny, prompt, 24)
+    assert max(views) == 256 and engine.stats.relayouts >= 1
+    # ~24 decode steps against the pool: a binding per (layout, batch shape), not per step.
+    assert decoder.rebinds - rebinds <= 6
+    for _ in range(2):
+        logits, new = decoder.run(np.zeros((1, 1), np.int64), np.array([3]), engine.pool, 0)
+        logits_buffers.add(logits.__array_interface__["data"][0])
+    assert len(logits_buffers) == 1   # outputs land in the decoder's own buffer: nothing allocated per step

@@ -15,6 +15,7 @@ import collections
 import itertools
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -85,7 +86,22 @@ class EngineStats:
     cancelled: int = 0
     refused: int = 0
     prefix_hits: int = 0
+    relayouts: int = 0        # KV pool view changes (hotpath.runtime.generation.kv_pool.KVPool.fit)
     batch_sizes: collections.Counter = field(default_factory=collections.Counter)
+    # Where the loop's time goes (seconds, summed over steps): the whole step, the decoder's ONNX
+    # Runtime calls (prefill and decode), and the sinks (the Triton adapter's response sends).
+    step_s: float = 0.0
+    decoder_s: float = 0.0
+    sink_s: float = 0.0
+
+    def breakdown(self) -> str:
+        """One line: per-step mean of each part; `loop` is the step minus the decoder and the sinks."""
+        if not self.steps:
+            return "no steps"
+        n = self.steps / 1000.0
+        loop = self.step_s - self.decoder_s - self.sink_s
+        return (f"{self.steps} steps, per step: {self.step_s / n:.2f} ms = ORT {self.decoder_s / n:.2f} + "
+                f"loop {loop / n:.2f} + sinks {self.sink_s / n:.2f} ms")
 
 
 class Engine:
@@ -188,11 +204,13 @@ class Engine:
     def step(self) -> None:
         """One iteration: cancellations, admissions, a prefill budget, one batched decode step."""
         self.stats.steps += 1
+        start = time.perf_counter()
         self._drop_cancelled()
         self._admit()
         self._prefill()
         self._decode()
         self._remove_done()
+        self.stats.step_s += time.perf_counter() - start
 
     def _drop_cancelled(self) -> None:
         for seq in self._active:
@@ -213,9 +231,16 @@ class Engine:
                 self._active.append(seq)
                 self._reuse_prefix(seq)
 
+    def _fit_pool(self, needed: int) -> None:
+        """Size the pool's view (positions the graph reads per row) for `needed` positions."""
+        used = max((s.length for s in self._active), default=0)
+        if self.pool.fit(max(needed, used + 1), len(self._active), used):
+            self.stats.relayouts += 1
+
     def _reuse_prefix(self, seq: Sequence) -> None:
         n = len(self._prefix)
         if n and len(seq.prompt) > n and seq.prompt[:n] == self._prefix:
+            self._fit_pool(n)
             self.pool.write(seq.slot, 0, [a[None] for a in self._prefix_kv])
             seq.length = n
             self.stats.prefix_hits += 1
@@ -236,8 +261,11 @@ class Engine:
             steps = min(min(len(s.prompt) - s.length for s in group), budget // len(group))
             ids = np.array([s.prompt[s.length:s.length + steps] for s in group], np.int64)
             lengths = np.array([s.length for s in group], np.int64)
+            self._fit_pool(int(lengths.max()) + steps)
             cache = self.pool.gather([s.slot for s in group], max(1, int(lengths.max())))
+            t0 = time.perf_counter()
             logits, new = self.decoder.run_cache(ids, lengths, cache)
+            self.stats.decoder_s += time.perf_counter() - t0
             for row, seq in enumerate(group):
                 self.pool.write(seq.slot, seq.length, new, source_row=row)
                 seq.length += steps
@@ -258,7 +286,10 @@ class Engine:
         # Rows still prefilling ride along with a dummy token; their outputs are discarded.
         ids = np.array([[s.next_token if s.decoding else 0] for s in batch], np.int64)
         lengths = np.array([s.length for s in batch], np.int64)
+        self._fit_pool(int(lengths.max()) + 1)
+        t0 = time.perf_counter()
         logits, new = self.decoder.run(ids, lengths, self.pool, 0)
+        self.stats.decoder_s += time.perf_counter() - t0
         self.pool.write_rows(rows, lengths, new, active)
         n = int(active.sum())
         self.stats.decode_rows += n
@@ -276,7 +307,10 @@ class Engine:
         seq.generated += 1
         seq.next_token = token
         text, stopped = seq.stream.push(token)
-        if not _safe(seq.sink.token, token, text):
+        t0 = time.perf_counter()
+        sent = _safe(seq.sink.token, token, text)
+        self.stats.sink_s += time.perf_counter() - t0
+        if not sent:
             self._end(seq, "cancelled")  # the client is gone
         elif stopped:
             self._end(seq, "stop")
@@ -285,8 +319,10 @@ class Engine:
 
     def _end(self, seq: Sequence, reason: str) -> None:
         seq.done = True
-        _safe(seq.sink.finish, seq.stream.flush() if reason != "cancelled" else "", reason,
-              len(seq.prompt), seq.generated)
+        text = seq.stream.flush() if reason != "cancelled" else ""
+        t0 = time.perf_counter()
+        _safe(seq.sink.finish, text, reason, len(seq.prompt), seq.generated)
+        self.stats.sink_s += time.perf_counter() - t0
 
     def _remove_done(self) -> None:
         for seq in [s for s in self._active if s.done]:
