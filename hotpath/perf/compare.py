@@ -101,7 +101,11 @@ def section(slo: Slo, entry: Endpoint, points: list[PerfPoint], floor: Floor | N
     rows += [(a.label, a.title, notes.get(a.label, a.note)) for a in entry.alternatives
              if a.label in notes or any(p.label == a.label for p in points)]
     lines = ["", f"### {slo.endpoint}: side by side (same run, same load)", "",
-             f"Throughput at the p95 target ({slo.p95_ms:g} ms), best over concurrency {list(COMPARE_CONCURRENCIES)}.", "",
+             f"Throughput at the p95 target ({slo.p95_ms:g} ms), best over concurrency {list(COMPARE_CONCURRENCIES)}. "
+             f"Model: `{entry.graph}`, precision {entry.precision()}, the same file in every option (FastAPI, "
+             "PyTriton and the floor load it too), so the ratios are server overhead, not precision. "
+             "Both views of the comparison (same FP32 model; same INT8 model) are this table run with the "
+             "spec's `precision` set to each.", "",
              f"| option | throughput at p95 target ({entry.unit}/s) | ratio to hotpath | ratio to floor | p50 at "
              f"concurrency 1 | p95 at concurrency {slo.concurrency} | notes |", "|---|---|---|---|---|---|---|"]
     best_alt: tuple[float, str, PerfPoint | None] = (0.0, "", None)

@@ -14,7 +14,14 @@ from typing import Callable
 from hotpath.errors import HotpathError
 from hotpath.perf.alternatives import served
 from hotpath.perf.alternatives.floor import Floor, measure_floor
-from hotpath.perf.alternatives.pipelines import ImagePipeline, TextPipeline
+from hotpath.perf.alternatives.pipelines import (
+    IMAGE_CLASSIFIER_GRAPH,
+    SENTENCE_EMBEDDER_GRAPH,
+    TEXT_ENCODER_GRAPH,
+    ImagePipeline,
+    TextPipeline,
+    graph_precision,
+)
 from hotpath.perf.payloads import (
     Payload,
     encoder_entries,
@@ -36,13 +43,22 @@ class Endpoint:
     floor_batches: tuple[int, ...]
     searched_step: str                             # the step Model Analyzer gets (it cannot search ensembles)
     alternatives: tuple[served.Alternative, ...]
+    graph: str = ""                                # the ONNX file the endpoint serves (repository-relative)
     extra_sections: Callable | None = field(default=None, repr=False)  # (url, endpoint, log) -> report lines
+
+    def make_pipeline(self, threads: int, spinning: bool) -> Callable:
+        """The endpoint in-process, on the very graph file it serves (so the same precision)."""
+        return self.pipeline(threads, spinning, graph=self.graph)
+
+    def precision(self) -> str:
+        """The served graph's precision, as `make engines` recorded it."""
+        return graph_precision(self.graph)
 
     def measure_floor(self, quick: bool = False, log=print) -> Floor:
         """The in-process floor now; `quick`: batch 1 and the largest batch, short windows (perf-check)."""
         batches = (1, self.floor_batches[-1]) if quick else self.floor_batches
         log(f"[perf] {self.name}: in-process floor ({'quick' if quick else 'full'})")
-        return measure_floor(self.pipeline, self.samples(), batches, 1.0 if quick else 3.0, unit=self.unit, log=log)
+        return measure_floor(self.make_pipeline, self.samples(), batches, 1.0 if quick else 3.0, unit=self.unit, log=log)
 
 
 def _cache_sections(url: str, endpoint: str, log) -> list[str]:
@@ -58,6 +74,7 @@ TEXT_EMBEDDING = Endpoint(
     # One step (tokenizer + encoder in one Python model): Model Analyzer searches that step.
     name="text_embedding", unit="texts", payloads={"text_embedding": TEXTS, "sentence_embedder": TEXTS},
     pipeline=TextPipeline, samples=short_texts, floor_batches=(1, 4, 8, 16), searched_step="sentence_embedder",
+    graph=SENTENCE_EMBEDDER_GRAPH,
     alternatives=(served.triton_default(),
                   served.fastapi("sync", 1, "tokenizer + ORT per request"),
                   served.fastapi("async", 2, "tokenizer + ORT per request"),
@@ -73,13 +90,13 @@ ENDPOINTS: dict[str, Endpoint] = {e.name: e for e in (
         TEXT_EMBEDDING, name="text_embedding_exact",
         payloads={"text_embedding_exact": TEXTS, "tokenizer": TEXTS,
                   "text_encoder": Payload("text_encoder.json", encoder_entries, generated_dir, fresh=True)},
-        searched_step="text_encoder", extra_sections=None),
+        searched_step="text_encoder", graph=TEXT_ENCODER_GRAPH, extra_sections=None),
     Endpoint(
         name="image_classification", unit="images",
         payloads={"image_classification": IMAGE, "image_preprocess": IMAGE,
                   "image_classifier": Payload("image_classifier.json", pixel_entries, generated_dir)},
         pipeline=ImagePipeline, samples=lambda: [jpeg_photo()], floor_batches=(1, 4, 8),
-        searched_step="image_classifier",
+        searched_step="image_classifier", graph=IMAGE_CLASSIFIER_GRAPH,
         alternatives=(served.triton_default(),
                       served.fastapi("sync", 1, "Pillow decode + hotpath's preprocess + ORT per request"),
                       served.fastapi("async", 2, "Pillow decode + hotpath's preprocess + ORT per request"),

@@ -90,7 +90,7 @@ def create_app(endpoint: str | None = None, handler: str | None = None, threads:
     if handler not in HANDLERS:
         raise ValueError(f"handler must be one of {HANDLERS}, not {handler!r}")
     entry = get_endpoint(endpoint)
-    pipeline = entry.pipeline(threads, False)
+    pipeline = entry.make_pipeline(threads, False)
     config = read_config(paths.model_repository() / endpoint)
     stats = {"count": 0, "ns": 0}
     lock = threading.Lock()

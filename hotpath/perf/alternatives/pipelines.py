@@ -1,8 +1,10 @@
 """Each endpoint's whole pipeline in one process, with the repository's own ONNX files.
 
 The floor, the FastAPI apps and the PyTriton apps all run these, so every alternative computes
-exactly what the endpoint computes. A pipeline maps a list of inputs to the endpoint's output
-tensors (by the endpoint's output names), one row per input.
+exactly what the endpoint computes: the same graph file the endpoint serves, so whatever precision a
+spec chose (FP32 by default, INT8 opt-in) every alternative runs it too, and a precision win is never
+counted as server speed. A pipeline maps a list of inputs to the endpoint's output tensors (by the
+endpoint's output names), one row per input.
 """
 
 from __future__ import annotations
@@ -10,21 +12,34 @@ from __future__ import annotations
 import numpy as np
 
 from hotpath import paths
+from hotpath.fingerprint import read_stamp
 from hotpath.runtime.ort_session import make_session
 
+# The graph each pipeline loads, relative to the model repository: the file the endpoint's step serves.
+SENTENCE_EMBEDDER_GRAPH = "sentence_embedder/1/export/model.onnx"   # text_embedding
+TEXT_ENCODER_GRAPH = "text_encoder/1/model.onnx"                    # text_embedding_exact
+IMAGE_CLASSIFIER_GRAPH = "image_classifier/1/model.onnx"            # image_classification
 
-def _session(model: str, threads: int, spinning: bool):
-    return make_session(paths.model_repository() / model / "1" / "model.onnx", threads, 1, spinning)
+
+def graph_precision(graph: str) -> str:
+    """The precision `make engines` recorded for a served graph ("fp32", "int8"; "unknown" unbuilt)."""
+    stamp = read_stamp((paths.model_repository() / graph).parent) or {}
+    return str(stamp.get("metrics", {}).get("precision", "unknown"))
+
+
+def _session(graph: str, threads: int, spinning: bool):
+    return make_session(paths.model_repository() / graph, threads, 1, spinning)
 
 
 class TextPipeline:
-    """texts -> normalized embeddings: fast tokenizer + the text_encoder ONNX file."""
+    """texts -> normalized embeddings: the endpoint's tokenizer.json + its pooled encoder graph."""
 
-    def __init__(self, threads: int = 2, allow_spinning: bool = False):
+    def __init__(self, threads: int = 2, allow_spinning: bool = False, graph: str = SENTENCE_EMBEDDER_GRAPH):
         from hotpath.exporters.sentence_encoder import minilm_dir
         from hotpath.runtime.text import load_tokenizer
 
-        self.session = _session("text_encoder", threads, allow_spinning)
+        self.graph = graph
+        self.session = _session(graph, threads, allow_spinning)
         self.tokenizer = load_tokenizer(minilm_dir() / "tokenizer.json", 256)
 
     @staticmethod
@@ -43,8 +58,9 @@ class TextPipeline:
 class ImagePipeline:
     """Encoded images -> top-5 labels, scores, class ids: hotpath's own preprocess + the classifier ONNX file."""
 
-    def __init__(self, threads: int = 2, allow_spinning: bool = False):
-        self.session = _session("image_classifier", threads, allow_spinning)
+    def __init__(self, threads: int = 2, allow_spinning: bool = False, graph: str = IMAGE_CLASSIFIER_GRAPH):
+        self.graph = graph
+        self.session = _session(graph, threads, allow_spinning)
         self.outputs = [o.name for o in self.session.get_outputs()]
 
     @staticmethod
@@ -56,3 +72,4 @@ class ImagePipeline:
 
         pixels = np.stack([preprocess(data) for data in images])
         return dict(zip(self.outputs, self.session.run(None, {"PIXELS": pixels})))
+

@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--max-queue-delay-us", type=int, default=1000)
     parser.add_argument("--ort-threads", type=int, default=2)
     args = parser.parse_args()
-    pipeline = get_endpoint(args.endpoint).pipeline(args.ort_threads, False)
+    pipeline = get_endpoint(args.endpoint).make_pipeline(args.ort_threads, False)
     config = read_config(paths.model_repository() / args.endpoint)
 
     def tensor(t) -> Tensor:
