@@ -8,7 +8,7 @@ hotpath.exporters.smollm2.export_decoder into the files the runtime reads.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 CHAT_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] "
@@ -23,6 +23,7 @@ class TinyLLM:
     model_path: Path
     info_path: Path
     eos: int
+    references: dict = field(default_factory=dict, repr=False)  # greedy_reference's results, per model
 
 
 def byte_tokenizer():
@@ -70,13 +71,12 @@ def build(folder: Path, layers: int = 2, seed: int = 0) -> TinyLLM:
 
 def greedy_reference(tiny: TinyLLM, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
     """transformers' greedy generation; the EOS token (if any) is dropped, as the engine never emits it."""
-    key = (id(tiny), tuple(prompt_ids), max_new_tokens)
-    if key not in _REFERENCE:
-        _REFERENCE[key] = _generate(tiny, prompt_ids, max_new_tokens)
-    return _REFERENCE[key]
-
-
-_REFERENCE: dict = {}
+    # Cached on the model itself: a module-level cache keyed by id() hands a new model, allocated where a
+    # collected one was, the old model's tokens.
+    key = (tuple(prompt_ids), max_new_tokens)
+    if key not in tiny.references:
+        tiny.references[key] = _generate(tiny, prompt_ids, max_new_tokens)
+    return tiny.references[key]
 
 
 def _generate(tiny: TinyLLM, prompt_ids: list[int], max_new_tokens: int) -> list[int]:
