@@ -1,0 +1,236 @@
+"""The `retrieval` endpoint's documents in Postgres + pgvector: one shared index for a fleet of replicas.
+
+One table (id text primary key, embedding vector(dim), document text) with an HNSW index on the inner
+product (`vector_ip_ops`; the vectors are normalized, so that is the cosine). A write is one
+transaction committed with Postgres' defaults (synchronous_commit, fsync): when `upsert` or `delete`
+returns, the write is in the WAL and every replica's next search sees it. A batch of queries is one
+statement (a LATERAL join over the query array), so one round trip.
+
+A refused or broken connection raises `StoreUnavailableError` (a `ConnectionError`: the server's
+fault, never the request's); the next call reconnects, and a call that finds its connection broken
+reconnects and retries once (every operation here is idempotent).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from typing import Sequence
+
+import numpy as np
+
+from hotpath.errors import HotpathError
+from hotpath.retrieval.store import Hits
+
+DSN_ENV = "HOTPATH_PG_DSN"
+DEFAULT_TABLE = "hotpath_documents"
+_TABLE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+class StoreUnavailableError(HotpathError, ConnectionError):
+    """The store cannot be reached (refused, dropped, timed out): retry later or elsewhere."""
+
+
+def _param(params: dict, *names: str, default=None):
+    for name in names:
+        if params.get(name) not in (None, ""):
+            return params[name]
+    return default
+
+
+class PgVectorStore:
+    """VectorStore on Postgres + pgvector (psycopg 3, binary vectors via the pgvector helper)."""
+
+    def __init__(self, dsn: str, dim: int, table: str = DEFAULT_TABLE, m: int = 16, ef_construction: int = 64,
+                 ef_search: int = 64, connect_timeout_s: int = 5, maintenance_work_mem: str = "512MB"):
+        if not _TABLE.fullmatch(table):
+            raise ValueError(f"table name {table!r}: lower-case letters, digits and _ only")
+        if dim <= 0 or m < 2 or ef_construction < 2 * m or ef_search < 1:
+            raise ValueError(f"bad index parameters: dim {dim}, m {m}, ef_construction {ef_construction} "
+                             f"(>= 2 m), ef_search {ef_search}")
+        self.dsn, self.dim, self.table = dsn, int(dim), table
+        self.m, self.ef_construction, self.ef_search = int(m), int(ef_construction), int(ef_search)
+        self.connect_timeout_s = connect_timeout_s
+        self.maintenance_work_mem = maintenance_work_mem
+        self._conn = None
+        self._ef_now = 0
+        self._lock = threading.Lock()
+        self._call(self._create_schema)
+
+    @classmethod
+    def from_params(cls, params: dict) -> PgVectorStore:
+        """From a spec's store parameters (strings, as Triton passes model parameters): `pg_dsn` (or env
+        HOTPATH_PG_DSN), `dim`, `pg_table`, and the HNSW `m`, `ef_construction`, `ef_search`."""
+        dsn = _param(params, "pg_dsn") or os.environ.get(DSN_ENV)
+        if not dsn:
+            raise ValueError(f"store = 'pgvector' needs the parameter pg_dsn or the environment variable {DSN_ENV}")
+        dim = _param(params, "dim", "dimension")
+        if dim is None:
+            raise ValueError("store = 'pgvector' needs the parameter dim")
+        return cls(dsn, int(dim), table=str(_param(params, "pg_table", default=DEFAULT_TABLE)),
+                   m=int(_param(params, "pg_m", "m", default=16)),
+                   ef_construction=int(_param(params, "pg_ef_construction", "ef_construction", default=64)),
+                   ef_search=int(_param(params, "pg_ef_search", "ef_search", default=64)))
+
+    # -- connection -------------------------------------------------------------------------------------
+
+    def _connect(self):
+        import psycopg
+        from pgvector.psycopg import register_vector
+
+        try:
+            conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=self.connect_timeout_s)
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            register_vector(conn)
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailableError(f"pgvector store: cannot connect: {str(exc).strip()}") from exc
+        self._ef_now = 0
+        return conn
+
+    def _call(self, op, *args):
+        """Run `op(conn, *args)`; reconnect and retry once when the connection turns out broken."""
+        import psycopg
+
+        with self._lock:
+            for attempt in (0, 1):
+                fresh = self._conn is None or self._conn.closed
+                if fresh:
+                    self._conn = self._connect()
+                try:
+                    return op(self._conn, *args)
+                except psycopg.OperationalError as exc:
+                    broken = self._conn.broken or self._conn.closed
+                    self._drop()
+                    if not broken:
+                        raise StoreUnavailableError(f"pgvector store: {str(exc).strip()}") from exc
+                    if fresh or attempt:
+                        raise StoreUnavailableError(f"pgvector store: connection lost: {str(exc).strip()}") from exc
+
+    def _drop(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:   # closing a dead socket may fail; it is gone either way
+                pass
+        self._conn = None
+
+    def _sql(self, text: str):
+        from psycopg import sql
+
+        return sql.SQL(text).format(table=sql.Identifier(self.table), index=sql.Identifier(f"{self.table}_hnsw"))
+
+    def _create_schema(self, conn) -> None:
+        from psycopg import sql
+
+        with conn.transaction():
+            conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id text PRIMARY KEY, embedding vector({}) NOT NULL, "
+                                 "document text NOT NULL)").format(sql.Identifier(self.table), sql.Literal(self.dim)))
+            found = conn.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
+                                 "%s::regclass AND attname = 'embedding'", (self.table,)).fetchone()[0]
+            if found != f"vector({self.dim})":
+                raise HotpathError(f"pgvector store: table {self.table} holds {found}, not vector({self.dim})")
+            self._create_index(conn)
+
+    def _create_index(self, conn) -> None:
+        from psycopg import sql
+
+        conn.execute(sql.SQL("SET maintenance_work_mem = {}").format(sql.Literal(self.maintenance_work_mem)))
+        conn.execute(self._sql("CREATE INDEX IF NOT EXISTS {index} ON {table} USING hnsw (embedding vector_ip_ops) "
+                               "WITH (m = %s, ef_construction = %s)" % (self.m, self.ef_construction)))
+
+    # -- checks -----------------------------------------------------------------------------------------
+
+    def _vectors(self, vectors: np.ndarray) -> np.ndarray:
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.dim:
+            raise ValueError(f"vectors must be [n, {self.dim}], not {list(vectors.shape)}")
+        if not np.isfinite(vectors).all():
+            raise ValueError("vectors must be finite")
+        return vectors
+
+    @staticmethod
+    def _texts(name: str, values: Sequence[str]) -> list[str]:
+        values = [str(v) for v in values]
+        if any("\x00" in v for v in values):
+            raise ValueError(f"{name}: Postgres text cannot hold NUL characters")
+        return values
+
+    # -- VectorStore ------------------------------------------------------------------------------------
+
+    def search(self, vectors: np.ndarray, k: int) -> Hits:
+        vectors = self._vectors(vectors)
+        if k <= 0:
+            raise ValueError(f"k must be positive, not {k}")
+        rows = self._call(self._search, vectors, int(k)) if len(vectors) else []
+        n = len(vectors)
+        ids = [[""] * k for _ in range(n)]
+        documents = [[""] * k for _ in range(n)]
+        scores = np.full((n, k), -np.inf, dtype=np.float32)
+        for query, rank, id_, document, score in rows:
+            ids[query - 1][rank - 1], documents[query - 1][rank - 1] = id_, document
+            scores[query - 1, rank - 1] = score
+        return Hits(ids, scores, documents)
+
+    def _search(self, conn, vectors: np.ndarray, k: int) -> list[tuple]:
+        # HNSW returns at most ef_search rows per scan: a k above it would come back short.
+        ef = max(self.ef_search, k)
+        if ef != self._ef_now:
+            conn.execute("SELECT set_config('hnsw.ef_search', %s, false)", (str(ef),))
+            self._ef_now = ef
+        return conn.execute(self._sql(
+            "SELECT q.i, row_number() OVER (PARTITION BY q.i ORDER BY d.distance), d.id, d.document, -d.distance "
+            "FROM unnest(%s::vector[]) WITH ORDINALITY AS q(v, i) "
+            "CROSS JOIN LATERAL (SELECT id, document, embedding <#> q.v AS distance FROM {table} "
+            "ORDER BY embedding <#> q.v LIMIT %s) AS d"), (list(vectors), k)).fetchall()
+
+    def upsert(self, ids: Sequence[str], vectors: np.ndarray, documents: Sequence[str]) -> None:
+        vectors = self._vectors(vectors)
+        ids, documents = self._texts("ids", ids), self._texts("documents", documents)
+        if not len(ids) == len(vectors) == len(documents):
+            raise ValueError(f"{len(ids)} ids, {len(vectors)} vectors, {len(documents)} documents")
+        if any(not i for i in ids):
+            raise ValueError("ids must be non-empty")
+        last = {id_: n for n, id_ in enumerate(ids)}   # a repeated id: the last one wins, as in a loop of upserts
+        keep = sorted(last.values())
+        if keep:
+            self._call(self._upsert, [ids[n] for n in keep], [vectors[n] for n in keep], [documents[n] for n in keep])
+
+    def _upsert(self, conn, ids: list[str], vectors: list[np.ndarray], documents: list[str]) -> None:
+        conn.execute(self._sql(
+            "INSERT INTO {table} (id, embedding, document) SELECT * FROM unnest(%s::text[], %s::vector[], %s::text[]) "
+            "ON CONFLICT (id) DO UPDATE SET embedding = EXCLUDED.embedding, document = EXCLUDED.document"),
+            (ids, vectors, documents))
+
+    def delete(self, ids: Sequence[str]) -> int:
+        ids = self._texts("ids", ids)
+        return self._call(lambda conn: conn.execute(self._sql("DELETE FROM {table} WHERE id = ANY(%s)"),
+                                                    (ids,)).rowcount) if ids else 0
+
+    def count(self) -> int:
+        return self._call(lambda conn: conn.execute(self._sql("SELECT count(*) FROM {table}")).fetchone()[0])
+
+    def load(self, ids: Sequence[str], vectors: np.ndarray, documents: Sequence[str]) -> None:
+        """Replace every document with these (building from a corpus): COPY into the emptied table without
+        its index, then build the HNSW index once, all in one transaction (readers see old or new)."""
+        vectors = self._vectors(vectors)
+        ids, documents = self._texts("ids", ids), self._texts("documents", documents)
+        if not len(ids) == len(vectors) == len(documents) or len(set(ids)) != len(ids) or not all(ids):
+            raise ValueError("load needs as many ids (unique, non-empty) as vectors and documents")
+        self._call(self._load, ids, vectors, documents)
+
+    def _load(self, conn, ids: list[str], vectors: np.ndarray, documents: list[str]) -> None:
+        with conn.transaction():
+            conn.execute(self._sql("DROP INDEX IF EXISTS {index}"))
+            conn.execute(self._sql("TRUNCATE {table}"))
+            with conn.cursor().copy(self._sql("COPY {table} (id, embedding, document) FROM STDIN WITH (FORMAT BINARY)")
+                                    ) as copy:
+                copy.set_types(["text", "vector", "text"])
+                for row in zip(ids, vectors, documents):
+                    copy.write_row(row)
+            self._create_index(conn)
+        conn.execute(self._sql("ANALYZE {table}"))
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()

@@ -1,0 +1,199 @@
+"""PgVectorStore against a real Postgres + pgvector (the pgserver wheel's binaries; no mock).
+
+If the server cannot start, every test here errors: nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hotpath.errors import HotpathError
+from hotpath.retrieval.pgserver_local import LocalPostgres
+from hotpath.retrieval.pgvector_store import DSN_ENV, PgVectorStore, StoreUnavailableError
+
+DIM = 16
+
+
+@pytest.fixture(scope="module")
+def pg(tmp_path_factory):
+    server = LocalPostgres(tmp_path_factory.mktemp("pgvector") / "data")
+    server.start()
+    yield server
+    server.remove()
+
+
+@pytest.fixture
+def table(request) -> str:
+    return request.node.name.lower().replace("[", "_").replace("]", "").replace("-", "_")[:60]
+
+
+def unit(rows: np.ndarray) -> np.ndarray:
+    return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
+
+
+def corpus(n: int, seed: int = 0) -> tuple[list[str], np.ndarray, list[str]]:
+    vectors = unit(np.random.default_rng(seed).standard_normal((n, DIM)))
+    return [f"doc-{i}" for i in range(n)], vectors, [f"text of document {i}" for i in range(n)]
+
+
+def exact(ids: list[str], vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[list[list[str]], np.ndarray]:
+    scores = queries @ vectors.T
+    order = np.argsort(-scores, axis=1)[:, :k]
+    return [[ids[j] for j in row] for row in order], np.take_along_axis(scores, order, axis=1)
+
+
+def store(pg: LocalPostgres, table: str, **kw) -> PgVectorStore:
+    # ef_search above the corpus size: HNSW then finds the exact neighbours of these small corpora.
+    return PgVectorStore(pg.dsn, DIM, table=table, ef_search=kw.pop("ef_search", 400), **kw)
+
+
+def test_search_equals_exact_search(pg, table):
+    ids, vectors, docs = corpus(300)
+    s = store(pg, table)
+    s.upsert(ids[:150], vectors[:150], docs[:150])
+    s.upsert(ids[150:], vectors[150:], docs[150:])
+    queries = unit(np.random.default_rng(1).standard_normal((20, DIM)))
+    hits = s.search(queries, 10)
+    want_ids, want_scores = exact(ids, vectors, queries, 10)
+    assert hits.ids == want_ids
+    np.testing.assert_allclose(hits.scores, want_scores, atol=1e-5)
+    assert (np.diff(hits.scores, axis=1) <= 0).all()
+    assert hits.documents[3] == [docs[ids.index(i)] for i in want_ids[3]]
+    assert s.count() == 300
+    s.close()
+
+
+def test_replace_and_delete_match_exact_search(pg, table):
+    ids, vectors, docs = corpus(200, seed=2)
+    s = store(pg, table)
+    s.upsert(ids, vectors, docs)
+    fresh = unit(np.random.default_rng(3).standard_normal((20, DIM)))
+    s.upsert(ids[:20], fresh, [f"replaced {i}" for i in range(20)])
+    vectors = vectors.copy()
+    vectors[:20] = fresh
+    assert s.delete(ids[180:] + ["never-there"]) == 20
+    live_ids, live = ids[:180], vectors[:180]
+    assert s.count() == 180
+
+    hits = s.search(fresh[:5], 1)
+    assert [row[0] for row in hits.ids] == ids[:5]
+    assert [row[0] for row in hits.documents] == [f"replaced {i}" for i in range(5)]
+    queries = unit(np.random.default_rng(4).standard_normal((15, DIM)))
+    want_ids, want_scores = exact(live_ids, live, queries, 10)
+    got = s.search(queries, 10)
+    assert got.ids == want_ids
+    np.testing.assert_allclose(got.scores, want_scores, atol=1e-5)
+    assert s.delete(ids[180:]) == 0
+    s.close()
+
+
+def test_repeated_id_in_one_batch_keeps_the_last(pg, table):
+    _, vectors, _ = corpus(3, seed=5)
+    s = store(pg, table)
+    s.upsert(["a", "a", "b"], vectors, ["first", "second", "other"])
+    assert s.count() == 2
+    hits = s.search(vectors[1:2], 1)
+    assert hits.ids == [["a"]] and hits.documents == [["second"]]
+    assert hits.scores[0, 0] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_short_rows_are_padded_and_k_above_ef_search_is_complete(pg, table):
+    ids, vectors, docs = corpus(50, seed=6)
+    s = store(pg, table, ef_search=8)
+    s.upsert(ids, vectors, docs)
+    assert [len([i for i in row if i]) for row in s.search(vectors[:2], 30).ids] == [30, 30]
+    hits = s.search(vectors[:1], 60)
+    assert hits.ids[0][50:] == [""] * 10 and hits.documents[0][50:] == [""] * 10
+    assert np.isneginf(hits.scores[0, 50:]).all() and np.isfinite(hits.scores[0, :50]).all()
+    assert sorted(hits.ids[0][:50]) == sorted(ids)
+
+
+def test_bad_input_is_a_value_error(pg, table):
+    s = store(pg, table)
+    ids, vectors, docs = corpus(2)
+    with pytest.raises(ValueError):
+        s.search(np.zeros((1, DIM + 1), np.float32), 3)
+    with pytest.raises(ValueError):
+        s.search(vectors, 0)
+    with pytest.raises(ValueError):
+        s.upsert(ids, vectors, ["ok", "nul\x00inside"])
+    with pytest.raises(ValueError):
+        s.upsert(ids, vectors[:1], docs)
+    with pytest.raises(ValueError):
+        s.upsert(["", "x"], vectors, docs)
+    assert s.count() == 0
+
+
+def test_replicas_see_each_others_writes_at_once(pg, table):
+    ids, vectors, docs = corpus(40, seed=7)
+    first, second = store(pg, table), store(pg, table)
+    first.upsert(ids, vectors, docs)
+    assert second.search(vectors[7:8], 1).ids == [[ids[7]]]
+    second.delete([ids[7]])
+    assert ids[7] not in first.search(vectors[7:8], 5).ids[0]
+
+
+def test_load_replaces_everything_and_builds_the_index(pg, table):
+    ids, vectors, docs = corpus(500, seed=8)
+    s = store(pg, table, m=8, ef_construction=32)
+    s.upsert(["old"], vectors[:1], ["old document"])
+    s.load(ids, vectors, docs)
+    assert s.count() == 500
+    assert s.search(vectors[:1], 1).ids == [[ids[0]]]
+    options = s._conn.execute("SELECT reloptions FROM pg_class WHERE relname = %s", (f"{table}_hnsw",)).fetchone()[0]
+    assert sorted(options) == ["ef_construction=32", "m=8"]
+    with pytest.raises(ValueError):
+        s.load(["same", "same"], vectors[:2], docs[:2])
+
+
+def test_from_params_reads_the_spec_and_the_environment(pg, table, monkeypatch):
+    params = {"pg_dsn": pg.dsn, "dim": str(DIM), "pg_table": table, "m": "12", "ef_construction": "48",
+              "ef_search": "77"}
+    s = PgVectorStore.from_params(params)
+    assert (s.dim, s.table, s.m, s.ef_construction, s.ef_search) == (DIM, table, 12, 48, 77)
+    s.search(unit(np.ones((1, DIM))), 5)
+    assert s._conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "77"
+    monkeypatch.setenv(DSN_ENV, pg.dsn)
+    assert PgVectorStore.from_params({"dim": DIM, "pg_table": table}).count() == 0
+    monkeypatch.delenv(DSN_ENV)
+    with pytest.raises(ValueError, match="pg_dsn"):
+        PgVectorStore.from_params({"dim": DIM})
+    with pytest.raises(HotpathError, match="vector"):
+        PgVectorStore(pg.dsn, DIM * 2, table=table)
+
+
+def test_acknowledged_writes_survive_a_crash_and_the_store_reconnects(pg, table):
+    ids, vectors, docs = corpus(120, seed=9)
+    s = store(pg, table)
+    s.upsert(ids, vectors, docs)
+    s.upsert(ids[:1], vectors[1:2], ["moved"])
+    s.delete(ids[100:])
+    pg.kill()   # SIGKILL to the postmaster and its backends: no shutdown checkpoint
+    with pytest.raises(StoreUnavailableError) as err:
+        s.search(vectors[:1], 3)
+    assert isinstance(err.value, ConnectionError) and not isinstance(err.value, ValueError)
+    with pytest.raises(StoreUnavailableError):
+        s.upsert(ids[:1], vectors[:1], ["lost"])
+    pg.start()
+    assert s.count() == 100     # the same object, reconnected
+    hits = s.search(vectors[1:2], 2)
+    assert sorted(hits.ids[0]) == sorted([ids[0], ids[1]]) and "moved" in hits.documents[0]
+    assert s.search(vectors[110:111], 100).ids[0].count("") == 0 and ids[110] not in s.search(vectors[110:111], 100).ids[0]
+
+
+def test_a_restarted_server_keeps_writes_and_broken_connections_are_retried(pg, table):
+    ids, vectors, docs = corpus(30, seed=10)
+    s = store(pg, table)
+    s.upsert(ids, vectors, docs)
+    pg.restart()   # the store's open connection is now broken: the next call reconnects and retries
+    assert s.search(vectors[4:5], 1).ids == [[ids[4]]]
+    s.close()
+    assert store(pg, table).count() == 30
+
+
+def test_an_unreachable_server_is_unavailable_not_bad_input(tmp_path):
+    from hotpath.server.ports import free_ports
+
+    with pytest.raises(StoreUnavailableError, match="cannot connect"):
+        PgVectorStore(f"postgresql://postgres@127.0.0.1:{free_ports(1)[0]}/postgres", DIM, connect_timeout_s=2)
