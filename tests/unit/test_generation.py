@@ -1,6 +1,7 @@
 """Generation runtime without Triton: a tiny random Llama exported through the real export path,
 driven step by step, against transformers' greedy generation."""
 
+import collections
 import threading
 
 import numpy as np
@@ -315,3 +316,126 @@ def test_decode_reads_a_view_sized_to_the_sequence_and_rebinds_only_on_change(ti
         logits, new = decoder.run(np.zeros((1, 1), np.int64), np.array([3]), engine.pool, 0)
         logits_buffers.add(logits.__array_interface__["data"][0])
     assert len(logits_buffers) == 1   # outputs land in the decoder's own buffer: nothing allocated per step
+
+
+# ---- prefix cache, KV budget and preemption --------------------------------------------------------
+
+def test_prefix_cache_matches_whole_blocks_of_a_chain_and_evicts_lru_leaves():
+    from hotpath.runtime.generation.kv_pool import KVPool
+    from hotpath.runtime.generation.prefix_cache import PrefixCache
+
+    pool = KVPool(layers=1, kv_heads=1, head_dim=2, slots=2, capacity=64, min_view=64)
+    pool.keys[0][0] = np.arange(128, dtype=np.float32).reshape(1, 2, 64)
+    pool.values[0][0] = -np.arange(128, dtype=np.float32).reshape(1, 64, 2)
+    cache = PrefixCache(layers=1, kv_heads=1, head_dim=2, block=4, blocks=3)
+    a = list(range(10))                                    # blocks [0..3], [4..7]; 8, 9 not a whole block
+    assert cache.store(a, pool, row=0, length=10) == 2 and cache.used == 2
+    assert cache.match(a + [99], limit=11) == cache.match(a, limit=8) and len(cache.match(a, 8)) == 2
+    assert len(cache.match(a, limit=7)) == 1               # only whole blocks within the limit
+    assert cache.match([0, 1, 2, 9] + a[4:], limit=8) == []  # the first block differs: nothing matches
+    assert cache.load(cache.match(a, 8), pool, row=1) == 8
+    assert np.array_equal(pool.keys[0][1, :, :, :8], pool.keys[0][0, :, :, :8])
+    assert np.array_equal(pool.values[0][1, :, :8], pool.values[0][0, :, :8])
+    b = [0, 1, 2, 3, 50, 51, 52, 53]                     # shares block 0 with a
+    assert cache.store(b, pool, row=0, length=8) == 1 and cache.used == 3
+    cache.match(a, 8)                                      # a's leaf is now more recent than b's
+    assert cache.store([7, 7, 7, 7], pool, row=0, length=4) == 1   # full: b's leaf (LRU leaf) gives way
+    assert len(cache.match(a, 8)) == 2 and len(cache.match(b, 8)) == 1 and cache.evictions == 1
+
+
+def _conversation(tiny, engine, turns, max_tokens=16):
+    """Run a chat turn by turn, each turn's history being the turns and replies before it."""
+    history, replies = [], []
+    for prompt in turns:
+        sink = Collect()
+        engine.submit(encode_prompt(tiny.tokenizer, tinyllm.CHAT_TEMPLATE, prompt, history=history),
+                      greedy(max_tokens), sink)
+        run_all(engine, [sink])
+        replies.append(sink.tokens)
+        history += [prompt, sink.text]
+    return replies, history
+
+
+def test_follow_up_turn_prefills_only_its_new_suffix_with_the_same_tokens(tiny, decoder):
+    turns = ["The capital of France is", "and of Italy?", "thanks"]
+    cached = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=2, context=256, prefill_chunk=16,
+                                                            prefix_cache_tokens=1024))
+    replies, history = _conversation(tiny, cached, turns)
+    plain = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=2, context=256, prefill_chunk=16))
+    assert _conversation(tiny, plain, turns) == (replies, history)
+    for i, reply in enumerate(replies):
+        ids = encode_prompt(tiny.tokenizer, tinyllm.CHAT_TEMPLATE, turns[i], history=history[:2 * i])
+        assert reply == tinyllm.greedy_reference(tiny, ids, 16)
+    last = encode_prompt(tiny.tokenizer, tinyllm.CHAT_TEMPLATE, turns[2], history=history[:4])
+    assert cached.stats.prefix_hits == 2 and cached.stats.prefix_misses == 1
+    # The third turn's prompt starts with the second turn's prompt + reply, all cached in whole blocks.
+    assert cached.stats.prefill_tokens < plain.stats.prefill_tokens - len(last) // 2
+    assert cached.stats.prefix_tokens >= len(last) - 16 - 24
+
+
+def test_follow_up_turns_under_concurrent_streams_keep_greedy_tokens(tiny, decoder):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=4, context=256, prefill_chunk=8,
+                                                            prefix_cache_tokens=2048))
+    first = [Collect() for _ in PROMPTS[:4]]
+    for prompt, sink in zip(PROMPTS, first):
+        engine.submit(ids_of(tiny, prompt), greedy(12), sink)
+    run_all(engine, first)
+    follow = [encode_prompt(tiny.tokenizer, tinyllm.CHAT_TEMPLATE, "more", history=[p, s.text])
+              for p, s in zip(PROMPTS, first)]
+    sinks = [Collect() for _ in follow + PROMPTS[4:]]
+    for ids, sink in zip(follow + [ids_of(tiny, p) for p in PROMPTS[4:]], sinks):
+        engine.submit(ids, greedy(12), sink)
+    hits = engine.stats.prefix_hits
+    run_all(engine, sinks)
+    assert engine.stats.prefix_hits - hits >= len(follow)
+    for ids, sink in zip(follow + [ids_of(tiny, p) for p in PROMPTS[4:]], sinks):
+        assert sink.tokens == tinyllm.greedy_reference(tiny, ids, 12)
+
+
+@pytest.mark.parametrize("cache_tokens", [0, 2048], ids=["recompute", "recompute-via-prefix-cache"])
+def test_more_streams_than_the_kv_budget_all_complete_with_the_same_tokens(tiny, decoder, cache_tokens):
+    # 256 positions for 6 streams of ~40-150 tokens: at a 64-position view 4 rows fit, at 128 two,
+    # at 256 one. Admission waits and running streams are preempted as they grow; none fails.
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=6, context=256, prefill_chunk=16,
+                                                            kv_tokens=256, prefix_cache_tokens=cache_tokens))
+    sinks = [Collect() for _ in PROMPTS]
+    for prompt, sink in zip(PROMPTS, sinks):
+        engine.submit(ids_of(tiny, prompt), greedy(40), sink)
+    most = 0
+    for _ in range(3000):
+        if all(s.final or s.error for s in sinks):
+            break
+        engine.step()
+        most = max(most, engine.load[0])
+        assert engine.kv_used <= engine.pool.budget
+    for prompt, sink in zip(PROMPTS, sinks):
+        assert sink.error is None and sink.final is not None, prompt
+        assert sink.tokens == tinyllm.greedy_reference(tiny, ids_of(tiny, prompt), 40), prompt
+    assert engine.stats.preemptions > 0 and 1 < most <= 4
+    if cache_tokens:
+        assert engine.stats.prefix_tokens > 0
+
+
+def test_long_prompts_beyond_the_budget_wait_for_memory(tiny, decoder):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=4, context=200, kv_tokens=200))
+    prompts = ["x" * 120, "y" * 130, "z" * 110]      # each alone fills the budget's 256-wide view
+    sinks = [Collect() for _ in prompts]
+    for prompt, sink in zip(prompts, sinks):
+        engine.submit(ids_of(tiny, prompt), greedy(8), sink)
+    engine.step()
+    assert engine.load == (1, 2)                        # one admitted, two waiting (not refused)
+    run_all(engine, sinks)
+    for prompt, sink in zip(prompts, sinks):
+        assert sink.tokens == tinyllm.greedy_reference(tiny, ids_of(tiny, prompt), 8)
+    assert engine.stats.refused == 0
+
+
+def test_latency_samples_one_ttft_per_stream_then_itl(tiny, decoder):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=2, context=128))
+    sinks = [Collect(), Collect()]
+    for sink in sinks:
+        engine.submit(ids_of(tiny, "hi"), greedy(5), sink)
+    run_all(engine, sinks)
+    kinds = collections.Counter(kind for kind, _ in engine.latencies)
+    assert kinds == {"ttft": 2, "itl": sum(len(s.tokens) for s in sinks) - 2}
+    assert all(seconds >= 0 for _, seconds in engine.latencies)

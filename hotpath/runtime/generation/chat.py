@@ -14,16 +14,27 @@ def _compile(template: str):
     return env.from_string(template)
 
 
-def render_chat(template: str, prompt: str, bos_token: str = "", eos_token: str = "") -> str:
-    """One user turn, with the generation prompt appended (the assistant's turn opens)."""
-    return _compile(template).render(messages=[{"role": "user", "content": prompt}],
+def messages(prompt: str, history: list[str] | tuple[str, ...] = ()) -> list[dict]:
+    """The conversation: earlier turns (user, assistant, user, assistant, ...), then the new user prompt."""
+    if len(history) % 2:
+        raise ValueError("history must alternate user and assistant turns (an even count)")
+    turns = [{"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(history)]
+    return turns + [{"role": "user", "content": prompt}]
+
+
+def render_chat(template: str, prompt: str, bos_token: str = "", eos_token: str = "",
+                history: list[str] | tuple[str, ...] = ()) -> str:
+    """The conversation, with the generation prompt appended (the assistant's turn opens)."""
+    return _compile(template).render(messages=messages(prompt, history),
                                      add_generation_prompt=True, bos_token=bos_token, eos_token=eos_token)
 
 
-def encode_prompt(tokenizer, template: str, prompt: str, bos_token: str = "", eos_token: str = "") -> list[int]:
-    """Chat-templated token ids of one user prompt (special tokens come from the template itself,
-    as with transformers' apply_chat_template(tokenize=True))."""
-    return tokenizer.encode(render_chat(template, prompt, bos_token, eos_token), add_special_tokens=False).ids
+def encode_prompt(tokenizer, template: str, prompt: str, bos_token: str = "", eos_token: str = "",
+                  history: list[str] | tuple[str, ...] = ()) -> list[int]:
+    """Chat-templated token ids of a user prompt after `history` (special tokens come from the template
+    itself, as with transformers' apply_chat_template(tokenize=True))."""
+    text = render_chat(template, prompt, bos_token, eos_token, history)
+    return tokenizer.encode(text, add_special_tokens=False).ids
 
 
 def shared_prefix(tokenizer, template: str, bos_token: str = "", eos_token: str = "") -> list[int]:

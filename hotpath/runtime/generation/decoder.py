@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from hotpath.runtime.generation.kv_pool import KVPool
+from hotpath.runtime.generation.prefix_cache import PrefixCache
 from hotpath.runtime.ort_session import make_session
 
 
@@ -60,8 +61,11 @@ class Decoder:
         self._bindings: dict[tuple, tuple] = {}
         self.rebinds = 0
 
-    def new_pool(self, slots: int, capacity: int) -> KVPool:
-        return KVPool(self.info.layers, self.info.kv_heads, self.info.head_dim, slots, capacity)
+    def new_pool(self, slots: int, capacity: int, budget: int | None = None) -> KVPool:
+        return KVPool(self.info.layers, self.info.kv_heads, self.info.head_dim, slots, capacity, budget=budget)
+
+    def new_prefix_cache(self, block: int, tokens: int) -> PrefixCache:
+        return PrefixCache(self.info.layers, self.info.kv_heads, self.info.head_dim, block, tokens // block)
 
     def run(self, input_ids: np.ndarray, lengths: np.ndarray, pool: KVPool, start: int
             ) -> tuple[np.ndarray, list[np.ndarray]]:

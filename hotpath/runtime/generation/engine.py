@@ -7,6 +7,17 @@ Each loop step (iteration-level scheduling, as vLLM/TGI do):
    spread over several steps and the running streams keep getting tokens in between;
 4. runs one batched decode step for every sequence that has a token to feed, and streams each new
    token to its sink; finished sequences leave at once and the last KV row moves into the hole.
+
+KV memory (hotpath.runtime.generation.kv_pool) is a budget of positions shared by the rows in use.
+Admission is first come, first served: the queue's head is admitted when it fits beside the
+running sequences with its whole prompt (otherwise it, and everyone behind it, waits). When running
+sequences grow past the budget, the newest is preempted: its KV entries go to the prefix cache,
+it returns to the head of the queue with its tokens so far, and on readmission recomputes only
+what the cache lost (vLLM's recompute policy). A preempted sequence's stream just pauses: its
+tokens are the same as if it had run alone.
+
+The prefix cache (hotpath.runtime.generation.prefix_cache) keeps blocks of KV entries of prompts
+and of finished sequences (prompt + reply), so a follow-up chat turn prefills only its new suffix.
 """
 
 from __future__ import annotations
@@ -52,6 +63,9 @@ class EngineSettings:
     context: int = 512        # tokens per slot (prompt + generated)
     max_queue: int = 32       # requests waiting for a slot
     prefill_chunk: int = 64   # prompt tokens prefilled per loop step
+    kv_tokens: int = 0        # KV positions shared by the sequences in flight (0: max_batch x context)
+    prefix_block: int = 16    # tokens per prefix-cache block
+    prefix_cache_tokens: int = 0   # prefix-cache size in tokens (0: off)
 
 
 @dataclass(eq=False)
@@ -67,10 +81,22 @@ class Sequence:
     next_token: int | None = None   # sampled, fed at the next decode step
     generated: int = 0
     done: bool = False
+    tokens: list[int] = field(default_factory=list)   # prompt + tokens fed: what the KV slot must hold
+    submitted: float = 0.0          # perf_counter() at submit, for TTFT
+    last_token: float = 0.0         # perf_counter() at the last token sent, for ITL
+
+    @property
+    def prefilling(self) -> bool:
+        return not self.done and self.length < len(self.tokens)
 
     @property
     def decoding(self) -> bool:
-        return self.next_token is not None and not self.done
+        return self.next_token is not None and not self.done and self.length == len(self.tokens)
+
+    @property
+    def needed(self) -> int:
+        """KV positions this sequence needs at its next step (its whole prompt while prefilling)."""
+        return len(self.tokens) + 1
 
 
 @dataclass
@@ -85,7 +111,10 @@ class EngineStats:
     max_prefill_rows: int = 0
     cancelled: int = 0
     refused: int = 0
-    prefix_hits: int = 0
+    prefix_hits: int = 0          # admissions that reused cached KV entries (system turn or blocks)
+    prefix_misses: int = 0        # admissions that reused nothing
+    prefix_tokens: int = 0        # prompt positions copied from a cache instead of prefilled
+    preemptions: int = 0
     relayouts: int = 0        # KV pool view changes (hotpath.runtime.generation.kv_pool.KVPool.fit)
     batch_sizes: collections.Counter = field(default_factory=collections.Counter)
     # Where the loop's time goes (seconds, summed over steps): the whole step, the decoder's ONNX
@@ -108,7 +137,12 @@ class Engine:
     def __init__(self, decoder: Decoder, tokenizer, settings: EngineSettings):
         self.decoder, self.tokenizer, self.settings = decoder, tokenizer, settings
         self.eos = set(decoder.info.eos_token_ids)
-        self.pool = decoder.new_pool(settings.max_batch, settings.context)
+        self.pool = decoder.new_pool(settings.max_batch, settings.context, settings.kv_tokens or None)
+        self.cache = (decoder.new_prefix_cache(settings.prefix_block, settings.prefix_cache_tokens)
+                      if settings.prefix_cache_tokens >= settings.prefix_block else None)
+        # (kind, seconds) of each token sent: "ttft" for a stream's first, "itl" for the others. Bounded:
+        # the Triton adapter drains it into histograms; without a reader the oldest samples drop.
+        self.latencies: collections.deque[tuple[str, float]] = collections.deque(maxlen=65536)
         self.stats = EngineStats()
         self._queue: collections.deque[Sequence] = collections.deque()
         self._active: list[Sequence] = []  # index == KV slot
@@ -129,7 +163,7 @@ class Engine:
             raise InputError(f"PROMPT is {len(prompt_ids)} tokens after the chat template; "
                              f"at most {room} fit the {self.settings.context}-token context")
         seq = Sequence(list(prompt_ids), params, sink, TextStream(self.tokenizer, params.stop),
-                       next(self._order), make_rng(params))
+                       next(self._order), make_rng(params), tokens=list(prompt_ids), submitted=time.perf_counter())
         with self._cond:
             if self._stopping:
                 raise QueueFull("the model is shutting down")
@@ -183,6 +217,11 @@ class Engine:
         """(sequences generating, requests queued)."""
         return len(self._active), len(self._queue)
 
+    @property
+    def kv_used(self) -> int:
+        """KV positions holding entries of the sequences in flight (of `pool.budget`)."""
+        return sum(s.length for s in list(self._active))
+
     # ---- the loop thread -------------------------------------------------------------------------
     def _loop(self) -> None:
         while True:
@@ -206,6 +245,7 @@ class Engine:
         self.stats.steps += 1
         start = time.perf_counter()
         self._drop_cancelled()
+        self._make_room()
         self._admit()
         self._prefill()
         self._decode()
@@ -219,14 +259,34 @@ class Engine:
                 self.stats.cancelled += 1
         self._remove_done()
 
+    def _needed(self) -> int:
+        return max((s.needed for s in self._active), default=1)
+
+    def _make_room(self) -> None:
+        """Preempt the newest sequences until the rest fit the KV budget at their next step."""
+        while len(self._active) > 1 and not self.pool.fits(len(self._active), self._needed()):
+            seq = max(self._active, key=lambda s: s.order)
+            if self.cache is not None:
+                self.cache.store(seq.tokens, self.pool, seq.slot, seq.length)
+            seq.done = True          # leaves the pool like a finished sequence...
+            self._remove_done()
+            seq.done, seq.slot, seq.length = False, -1, 0   # ...and waits at the queue's head to resume
+            self.stats.preemptions += 1
+            with self._cond:
+                self._queue.appendleft(seq)
+
     def _admit(self) -> None:
         with self._cond:
             while self._queue and len(self._active) < self.settings.max_batch:
-                seq = self._queue.popleft()
+                seq = self._queue[0]
                 if _cancelled(seq.sink):
+                    self._queue.popleft()
                     self.stats.cancelled += 1
-                    _safe(seq.sink.finish, "", "cancelled", len(seq.prompt), 0)
+                    _safe(seq.sink.finish, "", "cancelled", len(seq.prompt), seq.generated)
                     continue
+                if not self.pool.fits(len(self._active) + 1, max(self._needed(), seq.needed)):
+                    return   # head-of-line: it waits for memory, and so does everyone behind it
+                self._queue.popleft()
                 seq.slot = len(self._active)
                 self._active.append(seq)
                 self._reuse_prefix(seq)
@@ -238,12 +298,24 @@ class Engine:
             self.stats.relayouts += 1
 
     def _reuse_prefix(self, seq: Sequence) -> None:
+        """Start the slot from cached KV entries: the longest cached block chain, or the system turn.
+        At least one token is left to prefill (its logits give the next token)."""
+        limit = len(seq.tokens) - 1
+        blocks = self.cache.match(seq.tokens, limit) if self.cache is not None else []
         n = len(self._prefix)
-        if n and len(seq.prompt) > n and seq.prompt[:n] == self._prefix:
+        system = n and n <= limit and seq.tokens[:n] == self._prefix
+        if blocks and len(blocks) * self.cache.block >= (n if system else 0):
+            self._fit_pool(len(blocks) * self.cache.block)
+            seq.length = self.cache.load(blocks, self.pool, seq.slot)
+        elif system:
             self._fit_pool(n)
             self.pool.write(seq.slot, 0, [a[None] for a in self._prefix_kv])
             seq.length = n
+        if seq.length:
             self.stats.prefix_hits += 1
+            self.stats.prefix_tokens += seq.length
+        else:
+            self.stats.prefix_misses += 1
 
     def _prefill(self) -> None:
         """Prompt tokens for up to `prefill_chunk` per step, several prompts per decoder call.
@@ -254,12 +326,12 @@ class Engine:
         """
         budget = self.settings.prefill_chunk
         while budget > 0:
-            waiting = sorted((s for s in self._active if s.next_token is None and not s.done), key=lambda s: s.order)
+            waiting = sorted((s for s in self._active if s.prefilling), key=lambda s: s.order)
             if not waiting:
                 return
             group = waiting[:max(1, budget // MIN_PREFILL_STEP)]
-            steps = min(min(len(s.prompt) - s.length for s in group), budget // len(group))
-            ids = np.array([s.prompt[s.length:s.length + steps] for s in group], np.int64)
+            steps = min(min(len(s.tokens) - s.length for s in group), budget // len(group))
+            ids = np.array([s.tokens[s.length:s.length + steps] for s in group], np.int64)
             lengths = np.array([s.length for s in group], np.int64)
             self._fit_pool(int(lengths.max()) + steps)
             cache = self.pool.gather([s.slot for s in group], max(1, int(lengths.max())))
@@ -274,7 +346,11 @@ class Engine:
             self.stats.prefill_calls += 1
             self.stats.max_prefill_rows = max(self.stats.max_prefill_rows, len(group))
             for row, seq in enumerate(group):
-                if seq.length == len(seq.prompt):
+                if seq.length < len(seq.tokens):
+                    continue
+                if self.cache is not None:   # concurrent requests with this prompt find it at once
+                    self.cache.store(seq.tokens, self.pool, seq.slot, seq.length)
+                if seq.next_token is None:   # a resumed (preempted) sequence already has its next token
                     self._emit(seq, choose(logits[row], seq.params, seq.rng))
 
     def _decode(self) -> None:
@@ -298,6 +374,7 @@ class Engine:
         for row, seq in enumerate(batch):
             if active[row]:
                 seq.length += 1
+                seq.tokens.append(seq.next_token)
                 self._emit(seq, choose(logits[row], seq.params, seq.rng))
 
     def _emit(self, seq: Sequence, token: int) -> None:
@@ -308,6 +385,8 @@ class Engine:
         seq.next_token = token
         text, stopped = seq.stream.push(token)
         t0 = time.perf_counter()
+        self.latencies.append(("itl", t0 - seq.last_token) if seq.last_token else ("ttft", t0 - seq.submitted))
+        seq.last_token = t0
         sent = _safe(seq.sink.token, token, text)
         self.stats.sink_s += time.perf_counter() - t0
         if not sent:
@@ -318,6 +397,8 @@ class Engine:
             self._end(seq, "length")
 
     def _end(self, seq: Sequence, reason: str) -> None:
+        if self.cache is not None and seq.slot >= 0:   # prompt + reply: the next chat turn starts with them
+            self.cache.store(seq.tokens, self.pool, seq.slot, seq.length)
         seq.done = True
         text = seq.stream.flush() if reason != "cancelled" else ""
         t0 = time.perf_counter()

@@ -13,6 +13,11 @@ and decode step, ~140 MB less at 8 streams). The views are the leading part of o
 buffer per array, so they stay C-contiguous; `fit` changes the view and moves the rows in use into
 the new layout (a copy of the valid part, once per power of two a sequence grows past). Positions beyond a sequence's length hold stale
 but finite values (the buffers start zeroed and only ever hold cache entries), which the graph masks.
+
+The buffers hold `budget` positions per layer (default slots x capacity), shared by the rows in use:
+a view of V positions has room for budget // V rows (at most `slots`). Few long sequences or many
+short ones fit the same memory; `fits` says whether a batch does (the engine waits or preempts
+when it would not).
 """
 
 from __future__ import annotations
@@ -29,22 +34,36 @@ _LAYOUTS = itertools.count(1)   # layout ids are unique across pools: a decoder'
 class KVPool:
     """`slots` sequences of up to `capacity` tokens each: the bound on tokens in flight."""
 
-    def __init__(self, layers: int, kv_heads: int, head_dim: int, slots: int, capacity: int, min_view: int = MIN_VIEW):
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, slots: int, capacity: int, min_view: int = MIN_VIEW,
+                 budget: int | None = None):
         if slots < 1 or capacity < 2:
             raise ValueError(f"KV pool needs slots >= 1 and capacity >= 2, got {slots} x {capacity}")
+        budget = slots * capacity if budget is None else budget
+        if budget < capacity:
+            raise ValueError(f"KV pool budget {budget} must hold one sequence of the {capacity}-token capacity")
         self.slots, self.capacity, self.kv_heads, self.head_dim = slots, capacity, kv_heads, head_dim
+        self.budget = min(budget, slots * capacity)
         self.min_view = max(2, min(min_view, capacity))
-        size = slots * kv_heads * head_dim * capacity
+        size = self.budget * kv_heads * head_dim
         self._key_store = [np.zeros(size, np.float32) for _ in range(layers)]
         self._value_store = [np.zeros(size, np.float32) for _ in range(layers)]
         self.layout = 0        # changes whenever the views change (the decoder caches bindings per layout)
         self.relayouts = 0
         self._set_view(self.min_view)
 
+    def room(self, view: int) -> int:
+        """Rows a view of `view` positions has room for."""
+        return min(self.slots, self.budget // view)
+
+    def fits(self, rows: int, needed: int) -> bool:
+        """Whether `rows` sequences, the longest needing `needed` positions, fit the budget."""
+        return rows <= self.room(self.bucket(max(needed, 1)))
+
     def _set_view(self, view: int) -> None:
-        n = self.slots * self.kv_heads * self.head_dim * view
-        shape_k = (self.slots, self.kv_heads, self.head_dim, view)
-        shape_v = (self.slots, self.kv_heads, view, self.head_dim)
+        rows = self.room(view)
+        n = rows * self.kv_heads * self.head_dim * view
+        shape_k = (rows, self.kv_heads, self.head_dim, view)
+        shape_v = (rows, self.kv_heads, view, self.head_dim)
         self.keys = [s[:n].reshape(shape_k) for s in self._key_store]
         self.values = [s[:n].reshape(shape_v) for s in self._value_store]
         self.view = view
@@ -74,6 +93,8 @@ class KVPool:
             new = max(target * 2, self.min_view)
         else:
             return False
+        if rows > self.room(new):
+            raise ValueError(f"{rows} rows of {new} positions exceed the pool's budget of {self.budget}")
         keep = min(used, self.view, new)
         saved = [(k[:rows, :, :, :keep].copy(), v[:rows, :, :keep].copy()) for k, v in zip(self.keys, self.values)]
         self._set_view(new)
