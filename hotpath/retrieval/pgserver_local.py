@@ -7,7 +7,7 @@ makes (`pgserver.utils`: read/traverse bits on the binaries and on the data dire
 postmaster is our own child in its own process group: `stop` (fast shutdown) and `kill` (a crash:
 SIGKILL to the postmaster and its backends at once) go to that PID, never to processes by name.
 
-    with LocalPostgres(tmp / "pg") as pg:
+    with LocalPostgres() as pg:      # a new cluster in a temp dir; pg.remove() deletes it
         store = PgVectorStore(pg.dsn, dim=384)
 """
 
@@ -61,12 +61,22 @@ def _unprivileged_user(pgdata: Path) -> str | None:
 class LocalPostgres:
     """One Postgres cluster in `pgdata` (created on first start), listening on 127.0.0.1:`port`.
 
-    `settings`: server parameters (`-c name=value`), e.g. maintenance_work_mem for index builds."""
+    Without `pgdata`, a new directory under the system's temp dir, removed by `remove()`. The parents of
+    `pgdata` must stay traversable for user pgserver while it runs: not pytest's tmp_path, whose
+    pytest-of-root every new pytest session resets to 0700 (a concurrent session would cut the server
+    off its own files). `settings`: server parameters (`-c name=value`), e.g. maintenance_work_mem."""
 
-    def __init__(self, pgdata: Path, port: int | None = None, settings: dict[str, str] | None = None,
+    def __init__(self, pgdata: Path | None = None, port: int | None = None, settings: dict[str, str] | None = None,
                  start_timeout_s: float = 60.0):
+        import tempfile
+
         from hotpath.server.ports import free_ports
 
+        self.owned: Path | None = None
+        if pgdata is None:
+            self.owned = Path(tempfile.mkdtemp(prefix="hotpath-pg-"))
+            self.owned.chmod(0o755)
+            pgdata = self.owned / "data"
         self.pgdata = Path(pgdata).resolve()
         self.port = port or free_ports(1)[0]
         self.settings = dict(settings or {})
@@ -149,6 +159,8 @@ class LocalPostgres:
         self.stop()
         shutil.rmtree(self.pgdata, ignore_errors=True)
         self.log_path.unlink(missing_ok=True)
+        if self.owned:
+            shutil.rmtree(self.owned, ignore_errors=True)
 
     def __enter__(self) -> LocalPostgres:
         return self.start()

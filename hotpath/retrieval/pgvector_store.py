@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import re
 import threading
+import time
 from typing import Sequence
 
 import numpy as np
@@ -210,16 +211,18 @@ class PgVectorStore:
     def count(self) -> int:
         return self._call(lambda conn: conn.execute(self._sql("SELECT count(*) FROM {table}")).fetchone()[0])
 
-    def load(self, ids: Sequence[str], vectors: np.ndarray, documents: Sequence[str]) -> None:
+    def load(self, ids: Sequence[str], vectors: np.ndarray, documents: Sequence[str]) -> dict[str, float]:
         """Replace every document with these (building from a corpus): COPY into the emptied table without
-        its index, then build the HNSW index once, all in one transaction (readers see old or new)."""
+        its index, then build the HNSW index once, all in one transaction (readers see old or new).
+        Returns the seconds each phase took (copy_s, index_s)."""
         vectors = self._vectors(vectors)
         ids, documents = self._texts("ids", ids), self._texts("documents", documents)
         if not len(ids) == len(vectors) == len(documents) or len(set(ids)) != len(ids) or not all(ids):
             raise ValueError("load needs as many ids (unique, non-empty) as vectors and documents")
-        self._call(self._load, ids, vectors, documents)
+        return self._call(self._load, ids, vectors, documents)
 
-    def _load(self, conn, ids: list[str], vectors: np.ndarray, documents: list[str]) -> None:
+    def _load(self, conn, ids: list[str], vectors: np.ndarray, documents: list[str]) -> dict[str, float]:
+        t0 = time.perf_counter()
         with conn.transaction():
             conn.execute(self._sql("DROP INDEX IF EXISTS {index}"))
             conn.execute(self._sql("TRUNCATE {table}"))
@@ -228,8 +231,17 @@ class PgVectorStore:
                 copy.set_types(["text", "vector", "text"])
                 for row in zip(ids, vectors, documents):
                     copy.write_row(row)
+            t1 = time.perf_counter()
             self._create_index(conn)
+        t2 = time.perf_counter()
         conn.execute(self._sql("ANALYZE {table}"))
+        return {"copy_s": t1 - t0, "index_s": t2 - t1}
+
+    def sizes(self) -> dict[str, int]:
+        """Bytes on disk: the table (with its TOAST and primary key) and the HNSW index."""
+        return dict(zip(("table_bytes", "index_bytes"), self._call(lambda conn: conn.execute(
+            "SELECT pg_total_relation_size(%s::regclass) - pg_relation_size(%s::regclass), "
+            "pg_relation_size(%s::regclass)", (self.table, f"{self.table}_hnsw", f"{self.table}_hnsw")).fetchone())))
 
     def close(self) -> None:
         with self._lock:

@@ -16,11 +16,12 @@ DIM = 16
 
 
 @pytest.fixture(scope="module")
-def pg(tmp_path_factory):
-    server = LocalPostgres(tmp_path_factory.mktemp("pgvector") / "data")
-    server.start()
-    yield server
-    server.remove()
+def pg():
+    server = LocalPostgres()   # not under tmp_path: see LocalPostgres
+    try:
+        yield server.start()
+    finally:
+        server.remove()
 
 
 @pytest.fixture
@@ -138,8 +139,11 @@ def test_load_replaces_everything_and_builds_the_index(pg, table):
     ids, vectors, docs = corpus(500, seed=8)
     s = store(pg, table, m=8, ef_construction=32)
     s.upsert(["old"], vectors[:1], ["old document"])
-    s.load(ids, vectors, docs)
+    timings = s.load(ids, vectors, docs)
+    assert set(timings) == {"copy_s", "index_s"} and min(timings.values()) > 0
     assert s.count() == 500
+    sizes = s.sizes()
+    assert sizes["table_bytes"] > 500 * DIM * 4 and sizes["index_bytes"] > 0
     assert s.search(vectors[:1], 1).ids == [[ids[0]]]
     options = s._conn.execute("SELECT reloptions FROM pg_class WHERE relname = %s", (f"{table}_hnsw",)).fetchone()[0]
     assert sorted(options) == ["ef_construction=32", "m=8"]
@@ -192,7 +196,7 @@ def test_a_restarted_server_keeps_writes_and_broken_connections_are_retried(pg, 
     assert store(pg, table).count() == 30
 
 
-def test_an_unreachable_server_is_unavailable_not_bad_input(tmp_path):
+def test_an_unreachable_server_is_unavailable_not_bad_input():
     from hotpath.server.ports import free_ports
 
     with pytest.raises(StoreUnavailableError, match="cannot connect"):
