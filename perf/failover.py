@@ -1,9 +1,11 @@
-"""Replica failover on one machine: 3 tritonservers behind NGINX (least_conn, gRPC), one SIGKILLed under load.
+"""Replica failover on one machine: 3 tritonservers behind NGINX (least_conn, gRPC), one SIGKILLed under load,
+through the tenant gateway (the front door clients use) and through the bare replica balancer.
 
-    .venv/bin/python perf/failover.py [--allow-busy]   # writes perf/reports/failover.md
+    .venv/bin/python perf/failover.py [--allow-busy] [--fronts "tenant gateway,replica balancer"]
+    # writes perf/reports/failover.md
 
-Run twice: with retries of idempotent calls (the gateway's setting) and without, to show which
-requests a dying replica takes down when nothing retries them.
+Each front runs twice: with the client's gRPC retries of idempotent calls (failover.retrying_channel_args) and
+without, to show which requests a dying replica takes down when nothing retries them.
 """
 
 import argparse
@@ -12,57 +14,71 @@ import sys
 from datetime import datetime, timezone
 
 from hotpath import paths
+from hotpath.gateway.limits import admission_cap
 from hotpath.monitoring.endpoints import load_endpoints
+from hotpath.nginx.process import LocalNginx
 from hotpath.perf.quiet import allow_busy_default, require_quiet
 from hotpath.scaleout import failover
-from hotpath.scaleout.nginx import GatewaySettings, LocalNginx
 from hotpath.scaleout.replicas import LocalReplicas
-from hotpath.server.ports import free_ports
 from hotpath.server.subset import linked
 
 REPORT = paths.ROOT / "perf" / "reports" / "failover.md"
 CLIENTS, DURATION_S, KILL_AFTER_S = 4, 20.0, 8.0
 
 
+def _row(front: str, client_retries: bool, r: failover.Failover) -> str:
+    before = r.latency_ms(r.kill_at - 3, r.kill_at)
+    around = r.latency_ms(r.kill_at - 0.5, r.kill_at + 1)
+    after = r.latency_ms(r.kill_at + 2, r.kill_at + DURATION_S)
+    other = len(r.failed) - len(r.broken)
+    shares = [sorted(r.served_share(after).values(), reverse=True) for after in (False, True)]
+    return (f"| {front} | {'on' if client_retries else 'off'} | {len(r.calls)} | {len(r.gateway_errors)} | "
+            f"{len(r.retried)} | {len(r.broken)} | {other} | {r.disrupted_ms:.0f} | "
+            f"{len(r.tries_after_marked_down)} | {before[0]:.1f} / {before[1]:.1f} | "
+            f"{around[0]:.1f} / {around[1]:.1f} | {after[0]:.1f} / {after[1]:.1f} | {shares[0]} -> {shares[1]} |")
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--allow-busy", action="store_true", default=allow_busy_default())
+    parser.add_argument("--fronts", default=",".join(failover.FRONTS), help="comma-separated, of " +
+                        ", ".join(failover.FRONTS))
     args = parser.parse_args()
-    # A timeout's SIGTERM unwinds the with-blocks, so no tritonserver or Prometheus outlives the script.
+    fronts = [f.strip() for f in args.fronts.split(",")]
+    # A timeout's SIGTERM unwinds the with-blocks, so no tritonserver or NGINX outlives the script.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     quiet = require_quiet(args.allow_busy)
     text = next(e for e in load_endpoints("cpu") if e.name == "text_embedding")
     repository = linked(text.models)
     rows = []
-    for client_retries in (True, False):
-        with LocalReplicas(3, repository, ort_threads=1) as replicas, \
-                LocalNginx(GatewaySettings(free_ports(1)[0], tuple(replicas.grpc_urls))) as gateway:
-            r = failover.run(replicas, gateway, "text_embedding", "TEXT", CLIENTS, DURATION_S, KILL_AFTER_S,
-                             client_retries=client_retries)
-        before = r.latency_ms(r.kill_at - 3, r.kill_at)
-        around = r.latency_ms(r.kill_at - 0.5, r.kill_at + 1)
-        after = r.latency_ms(r.kill_at + 2, r.kill_at + DURATION_S)
-        shed = len(r.failed) - len(r.broken)
-        shares = [sorted(r.served_share(after).values(), reverse=True) for after in (False, True)]
-        rows.append(f"| {'on' if client_retries else 'off'} | {len(r.calls)} | {len(r.gateway_errors)} | "
-                    f"{len(r.retried)} | {len(r.broken)} | {shed} | {r.disrupted_ms:.0f} | "
-                    f"{before[0]:.1f} / {before[1]:.1f} | {around[0]:.1f} / {around[1]:.1f} | "
-                    f"{after[0]:.1f} / {after[1]:.1f} | {shares[0]} -> {shares[1]} |")
-        print(rows[-1], flush=True)
+    for front in fronts:
+        for client_retries in (True, False):
+            with LocalReplicas(3, repository, ort_threads=1) as replicas:
+                config, headers = failover.front(front, replicas)
+                with LocalNginx(config) as nginx:
+                    r = failover.run(replicas, nginx, "text_embedding", "TEXT", CLIENTS, DURATION_S, KILL_AFTER_S,
+                                     client_retries=client_retries, headers=headers)
+            rows.append(_row(front, client_retries, r))
+            print(rows[-1], flush=True)
+    command = "perf/failover.py" + ("" if fronts == list(failover.FRONTS) else f' --fronts "{args.fronts}"') + \
+        (" --allow-busy" if args.allow_busy else "")
     REPORT.write_text("\n".join([
         "# Replica failover on one machine",
         "",
-        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `.venv/bin/python perf/failover.py`. Three local "
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; `.venv/bin/python {command}`. Three local "
         f"tritonservers (text_embedding, 1 ORT thread each) behind NGINX 1.22 (`least_conn`, gRPC, "
-        f"`max_fails=1 fail_timeout=10s`); {CLIENTS} closed-loop clients send unique texts for {DURATION_S:g} s; "
-        f"the first replica gets SIGKILL (with its Python stubs) after {KILL_AFTER_S:g} s. Machine: {quiet.summary()}.",
+        f"`max_fails=1 fail_timeout=10s`, idempotent calls passed on: `hotpath.nginx.upstreams`), either the "
+        f"tenant gateway (`hotpath.gateway`: token, rate limit, admission cap {3 * admission_cap('cpu')} in flight, sized as "
+        f"`python -m hotpath.gateway serve` sizes it) or the bare replica balancer (`hotpath.scaleout.balancer`); "
+        f"{CLIENTS} closed-loop clients send unique texts for {DURATION_S:g} s; the first replica gets SIGKILL "
+        f"(with its Python stubs) after {KILL_AFTER_S:g} s. Machine: {quiet.summary()}.",
         "",
-        "| client retries (gRPC retry policy on ModelInfer) | calls | broken mid-call at the gateway "
+        "| front | client retries (gRPC retry policy on ModelInfer) | calls | broken mid-call at the front "
         "(UNAVAILABLE) | passed on by NGINX before sending | failed for the client: broken by the kill | "
-        "failed: shed by a replica's queue policy | last broken call after "
-        "the kill (ms) | latency 3 s before: median / max (ms) | -0.5 s..+1 s | +2 s to the end | "
+        "failed for another reason | last broken call after the kill (ms) | calls sent to the dead replica "
+        "after NGINX saw it fail | latency 3 s before: median / max (ms) | -0.5 s..+1 s | +2 s to the end | "
         "inference requests per replica before -> after the kill |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         "What fails: only the calls in flight on the replica at the moment it dies. NGINX streams gRPC request "
@@ -71,9 +87,7 @@ def main() -> int:
         "`fail_timeout` and passes calls it has not sent yet to another one. Inference is idempotent, so the "
         "client's gRPC retry policy (`hotpath.scaleout.failover.retrying_channel_args`: ModelInfer, "
         "UNAVAILABLE, up to 3 attempts, 10-200 ms backoff) replays them: with it no call fails, the broken "
-        "ones arrive one backoff later. Without it each broken call is an error for its client. Calls shed by "
-        "a replica's queue policy (UNAVAILABLE 'Request timeout expired', issue 9's load shedding) are counted "
-        "apart: they happen when the host is overloaded, kill or not, and the same retry policy replays them.",
+        "ones arrive one backoff later. Without it each broken call is an error for its client.",
     ]) + "\n")
     print(f"[failover] wrote {REPORT.relative_to(paths.ROOT)}")
     return 0

@@ -21,9 +21,9 @@ from hotpath.client import text_input
 from hotpath.errors import HotpathError
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.limits import admission_cap, max_body_bytes
-from hotpath.gateway.local import LocalGateway
 from hotpath.gateway.tenants import Tenant, new_token
 from hotpath.monitoring.endpoints import load_endpoints
+from hotpath.nginx.process import LocalNginx
 from hotpath.perf.open_loop import OpenLoopResult, run_open_loop
 from hotpath.perf.quiet import allow_busy_default, busiest, descendants, read_proc, require_quiet
 from hotpath.perf.slo import load_slos
@@ -85,7 +85,7 @@ def main() -> int:
             grpc_port, http_port = free_ports(2)
             settings = TenantGatewaySettings(grpc_port, http_port, (triton.grpc_url,), (triton.http_url,),
                                              (Tenant("bench", token, 100_000, 100_000),), cap, max_body_bytes())
-            with LocalGateway(settings) as gateway:
+            with LocalNginx(settings) as gateway:
                 for factor in ((1, 2) if cap == caps[0] else (2,)):
                     logged, before = len(gateway.log()), read_proc()
                     rate = round(factor * slo.capacity_per_s)
@@ -93,7 +93,7 @@ def main() -> int:
                                       lambda i, tag=f"{cap}x{factor}": [text_input("TEXT", [UNIQUE.format(tag, i)])],
                                       rate, args.duration, headers=headers)
                     others = _others_cores(before, read_proc())
-                    nginx = [e.seconds for e in gateway.log()[logged:] if e.grpc_status == "14"]
+                    nginx = [e.seconds for e in gateway.log(logged, len(r.outcomes)) if e.grpc_status == "14"]
                     rows.append(_row(factor, cap, r, nginx, slo.p95_ms, others))
                     print(f"[overload] cap {cap}, {factor}x: {r.summary()}", flush=True)
     load_after = os.getloadavg()

@@ -1,9 +1,11 @@
 """`python -m hotpath.gateway token` prints a new tenant token; `python -m hotpath.gateway serve ...` runs the
-tenant gateway on loopback in front of a tritonserver until Ctrl-C (limits sized as in hotpath.gateway.limits)."""
+tenant gateway on loopback in front of a tritonserver (or its replicas) until Ctrl-C or SIGTERM (limits sized as
+in hotpath.gateway.limits); SIGHUP reads the tenants file again."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import sys
 import threading
@@ -11,29 +13,50 @@ import threading
 from hotpath.errors import HotpathError
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
-from hotpath.gateway.local import LocalGateway
 from hotpath.gateway.tenants import load_tenants, new_token
+from hotpath.nginx.process import LocalNginx
 
 
 def _serve(args: argparse.Namespace) -> int:
     tenants = load_tenants(args.tenants)
-    settings = TenantGatewaySettings(args.grpc_port, args.http_port, (args.grpc_upstream,), (args.http_upstream,),
+    grpc_upstreams = tuple(args.grpc_upstream or ["127.0.0.1:8001"])
+    http_upstreams = tuple(args.http_upstream or ["127.0.0.1:8000"])
+    if len(grpc_upstreams) != len(http_upstreams):
+        raise HotpathError("give one --http-upstream per --grpc-upstream (the same replicas, in the same order)")
+    settings = TenantGatewaySettings(args.grpc_port, args.http_port, grpc_upstreams, http_upstreams,
                                      tenants, args.max_in_flight or admission_cap(args.profile),
                                      args.max_body_bytes or max_body_bytes(), args.max_streams or stream_cap())
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with LocalGateway(settings) as gateway:
-        print(f"[gateway] gRPC {gateway.grpc_url}, HTTP {gateway.http_url} -> {args.grpc_upstream} / "
-              f"{args.http_upstream}; {len(tenants)} tenant(s), {settings.in_flight_cap} inference calls in flight, "
-              f"{settings.streams_cap} streams open, "
+    signals: list[int] = []   # SIGTERM and SIGHUP, handled in the loop below (not inside a handler)
+    wake = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda number, _: (signals.append(number), wake.set()))
+    with LocalNginx(settings) as gateway:
+        print(f"[gateway] gRPC {gateway.grpc_url}, HTTP {gateway.http_url} -> {', '.join(grpc_upstreams)} / "
+              f"{', '.join(http_upstreams)}; {len(tenants)} tenant(s), {settings.in_flight_cap} inference calls in "
+              f"flight, {settings.streams_cap} streams open, "
               f"bodies up to {settings.max_body_bytes} bytes; access log {gateway.access_log}", flush=True)
         try:
-            while not stop.wait(0.5):
+            while signal.SIGTERM not in signals:
+                wake.wait(0.5)
+                wake.clear()
+                if signal.SIGHUP in signals:   # the tenants file again, without dropping a call
+                    signals.remove(signal.SIGHUP)
+                    _reload_tenants(gateway, args.tenants)
                 if gateway.process.poll() is not None:
                     raise HotpathError(f"nginx exited with {gateway.process.returncode}")
         except KeyboardInterrupt:
             pass
     return 0
+
+
+def _reload_tenants(gateway: LocalNginx, path: str) -> None:
+    """Serve the tenants file as it is now; a broken file keeps the tenants served before."""
+    try:
+        gateway.reload(dataclasses.replace(gateway.settings, tenants=load_tenants(path)))
+    except HotpathError as exc:
+        print(f"[gateway] reload refused, still serving the previous tenants: {exc}", file=sys.stderr, flush=True)
+        return
+    print(f"[gateway] reloaded: {len(gateway.settings.tenants)} tenant(s)", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("token", help="print a new random tenant token")
     serve = sub.add_parser("serve", help="run the gateway until Ctrl-C")
     serve.add_argument("--tenants", required=True, help="tenants TOML file (hotpath.gateway.tenants)")
-    serve.add_argument("--grpc-upstream", default="127.0.0.1:8001")
-    serve.add_argument("--http-upstream", default="127.0.0.1:8000")
+    serve.add_argument("--grpc-upstream", action="append",
+                       help="a replica's gRPC address; repeat for replicas (default 127.0.0.1:8001)")
+    serve.add_argument("--http-upstream", action="append",
+                       help="the same replica's HTTP address, in the same order (default 127.0.0.1:8000)")
     serve.add_argument("--grpc-port", type=int, default=8443)
     serve.add_argument("--http-port", type=int, default=8080)
     serve.add_argument("--max-in-flight", type=int, default=0, help="default: Little's law over perf/slo.toml")

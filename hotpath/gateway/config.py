@@ -1,4 +1,4 @@
-"""The tenant gateway's nginx.conf, built as crossplane directives (hotpath.scaleout.nginx renders them).
+"""The tenant gateway's nginx.conf, built as crossplane directives (hotpath.nginx runs it).
 
 Two servers on loopback in front of the same upstreams: gRPC (h2c) and HTTP/1.1. Each answers its
 own refusals in its protocol: gRPC with a trailers-only response carrying `grpc-status` (a client
@@ -16,6 +16,9 @@ Tenants may call inference, streams (gRPC ModelStreamInfer, HTTP generate and ge
 health, metadata and model config; repository, shared-memory, trace, logging and statistics APIs
 are answered by the gateway (they need Triton's admin key, which belongs to operators).
 
+Upstreams get the failover policy of hotpath.nginx.upstreams (measured in perf/reports/failover.md):
+a replica that fails is skipped, and inference and read-only calls go to another one.
+
 limit_conn counts a call from its header until its response ends; under HTTP/2 each concurrent
 stream counts as a connection (NGINX docs, ngx_http_limit_conn_module), so on a fixed key it caps
 the calls in flight. Inference calls and streams have a zone each: a stream lasts seconds, and would
@@ -30,8 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hotpath.gateway.tenants import Tenant
-from hotpath.scaleout import nginx
-from hotpath.scaleout.nginx import d, grpc_error, main_context
+from hotpath.nginx.access_log import GRPC_HEADER_FIELD, TENANT_FIELD
+from hotpath.nginx.access_log import LOG_FIELDS as NGINX_LOG_FIELDS
+from hotpath.nginx.directives import d, grpc_error, main_context, render
+from hotpath.nginx.upstreams import FAIL_TIMEOUT_S, connect_timeout, retry_idempotent, upstream
 
 # Refusal messages: the client sees them as the gRPC status message or the HTTP error text.
 UNAUTHENTICATED = "gateway: missing or unknown tenant token; send the header authorization: Bearer <token>"
@@ -42,10 +47,9 @@ UNREACHABLE = "gateway: no server could complete the call"
 STREAMS_FULL = "gateway: server at capacity ({cap} streams open); retry later"
 ADMIN_ONLY = "gateway: admin APIs are not exposed to tenants"
 
-TENANT = "$hotpath_tenant"   # the tenant of the call's token, "" when there is none
-# The gateway's own gRPC answers carry their status in a header ($sent_http_grpc_status), the server's
-# in a trailer.
-LOG_FIELDS = (*nginx.LOG_FIELDS[:-1], TENANT.removeprefix("$"), "sent_http_grpc_status", nginx.LOG_FIELDS[-1])
+TENANT = "$" + TENANT_FIELD   # the tenant of the call's token, "" when there is none
+# The gateway's own gRPC answers carry their status in a header, the server's in a trailer.
+LOG_FIELDS = (*NGINX_LOG_FIELDS[:-1], TENANT_FIELD, GRPC_HEADER_FIELD, NGINX_LOG_FIELDS[-1])
 # What a tenant may call; anything else is ADMIN_ONLY.
 GRPC_SERVICE = "/inference.GRPCInferenceService/"
 GRPC_INFER = GRPC_SERVICE + "ModelInfer"
@@ -61,7 +65,7 @@ TOKEN_MAP = "tenants.map"   # next to nginx.conf, mode 0600: the only file that 
 
 @dataclass(frozen=True)
 class TenantGatewaySettings:
-    listen_port: int                     # gRPC (the name LocalNginx.grpc_url reads)
+    grpc_port: int
     http_port: int
     grpc_upstreams: tuple[str, ...]      # host:port per replica, same order as http_upstreams
     http_upstreams: tuple[str, ...]
@@ -69,6 +73,20 @@ class TenantGatewaySettings:
     max_in_flight: int = 8               # inference calls per replica (hotpath.gateway.limits.admission_cap)
     max_body_bytes: int = 9 << 20        # hotpath.gateway.limits.max_body_bytes
     max_streams: int = 16                # open streams per replica (hotpath.gateway.limits.stream_cap)
+    fail_timeout_s: int = FAIL_TIMEOUT_S   # a failed replica is skipped this long before it is tried again
+
+    log_fields = LOG_FIELDS
+    unreachable_message = UNREACHABLE
+
+    @property
+    def listen_ports(self) -> list[int]:
+        return [self.grpc_port, self.http_port]
+
+    def private_files(self) -> dict[str, str]:
+        return {TOKEN_MAP: render(token_map(self.tenants))}
+
+    def directives(self, workdir: Path) -> list[dict]:
+        return config(self, workdir)
 
     @property
     def in_flight_cap(self) -> int:
@@ -140,10 +158,10 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
                 ("@overloaded", 14, 503, OVERLOADED.format(cap=s.in_flight_cap)),
                 ("@streams_full", 14, 503, STREAMS_FULL.format(cap=s.streams_cap)),
                 ("@unreachable", 14, 502, UNREACHABLE)]
-    grpc_servers = [d("server", u) for u in s.grpc_upstreams]
-    http_servers = [d("server", u) for u in s.http_upstreams]
     grpc_pass = d("grpc_pass", "grpc://triton_grpc")
     proxy_pass = d("proxy_pass", "http://triton_http")
+    grpc_retry = retry_idempotent("grpc", len(s.grpc_upstreams))
+    http_retry = retry_idempotent("proxy", len(s.http_upstreams))
     return main_context(workdir, [
         d("map_hash_bucket_size", 256),   # a key is "Bearer " + a token of up to 128 characters
         d("map", "$http_authorization", TENANT, block=[d("default", ""), d("include", workdir / TOKEN_MAP)]),
@@ -158,16 +176,16 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
         d("limit_conn_log_level", "info"),
         d("client_max_body_size", s.max_body_bytes),
         d("client_body_buffer_size", "1m"),
-        d("upstream", "triton_grpc", block=[d("least_conn"), *grpc_servers, d("keepalive", 64)]),
-        d("upstream", "triton_http", block=[d("least_conn"), *http_servers, d("keepalive", 64)]),
+        upstream("triton_grpc", s.grpc_upstreams, keepalive=64, fail_timeout_s=s.fail_timeout_s),
+        upstream("triton_http", s.http_upstreams, keepalive=64, fail_timeout_s=s.fail_timeout_s),
         d("server", block=[
-            d("listen", f"127.0.0.1:{s.listen_port}", "http2"),
-            d("grpc_connect_timeout", "1s"),
+            d("listen", f"127.0.0.1:{s.grpc_port}", "http2"),
+            connect_timeout("grpc"),
             *_checks(s, zones, "grpc"),
-            d("location", "=", GRPC_INFER, block=[*admit, grpc_pass]),
+            d("location", "=", GRPC_INFER, block=[*admit, grpc_pass, *grpc_retry]),
             d("location", "=", GRPC_STREAM, block=[*streams, grpc_pass]),
-            d("location", "~", f"^{re.escape(GRPC_SERVICE)}({'|'.join(GRPC_OPEN)})$", block=[grpc_pass]),
-            d("location", "=", GRPC_HEALTH, block=[grpc_pass]),
+            d("location", "~", f"^{re.escape(GRPC_SERVICE)}({'|'.join(GRPC_OPEN)})$", block=[grpc_pass, *grpc_retry]),
+            d("location", "=", GRPC_HEALTH, block=[grpc_pass, *grpc_retry]),
             d("location", "/", block=[d("return", 403)]),
             *[grpc_error(name, grpc_status, message) for name, grpc_status, _, message in refusals],
         ]),
@@ -175,11 +193,12 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
             d("listen", f"127.0.0.1:{s.http_port}"),
             d("proxy_http_version", "1.1"),
             d("proxy_set_header", "Connection", ""),   # keep upstream connections alive
+            connect_timeout("proxy"),
             *_checks(s, zones, "proxy"),
-            d("location", "~", HTTP_INFER, block=[*admit, proxy_pass]),
+            d("location", "~", HTTP_INFER, block=[*admit, proxy_pass, *http_retry]),
             # generate_stream is server-sent events: each token goes on as it comes.
             d("location", "~", HTTP_STREAM, block=[*streams, d("proxy_buffering", "off"), proxy_pass]),
-            *[d("location", "~", pattern, block=[proxy_pass]) for pattern in HTTP_OPEN],
+            *[d("location", "~", pattern, block=[proxy_pass, *http_retry]) for pattern in HTTP_OPEN],
             d("location", "/", block=[d("return", 403)]),
             *[_http_error(name, http_status, message, *HTTP_EXTRA.get(name, ()))
               for name, _, http_status, message in refusals],

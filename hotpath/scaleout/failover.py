@@ -1,5 +1,6 @@
-"""Kill one replica under a bounded closed-loop load through the gateway; see what failed and how fast
-traffic moved. Used by tests/integration/test_scaleout.py and perf/failover.py.
+"""Kill one replica under a bounded closed-loop load through an NGINX front (the tenant gateway or the bare
+replica balancer); see what failed and where traffic went. Used by tests/integration/test_scaleout.py and
+perf/failover.py.
 
 NGINX retries a call on another replica only while it has sent nothing of it: its gRPC proxy streams
 request bodies unbuffered, so a call already on the replica that dies comes back UNAVAILABLE (502).
@@ -19,8 +20,17 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from hotpath.client import text_input
-from hotpath.scaleout.nginx import GATEWAY_MESSAGE, Hop, LocalNginx, parse_access_log
+from hotpath.gateway.config import TenantGatewaySettings
+from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
+from hotpath.gateway.tenants import Tenant, new_token
+from hotpath.nginx.access_log import LogEntry
+from hotpath.nginx.process import LocalNginx, NginxConfig
+from hotpath.scaleout.balancer import ReplicaBalancer
 from hotpath.scaleout.replicas import LocalReplicas
+from hotpath.server.ports import free_ports
+
+# The front door clients are sent through (docs/operations.md), and the bare balancer under it.
+FRONTS = ("tenant gateway", "replica balancer")
 
 
 def retrying_channel_args(attempts: int = 3) -> list[tuple[str, object]]:
@@ -33,6 +43,22 @@ def retrying_channel_args(attempts: int = 3) -> list[tuple[str, object]]:
             ("grpc.max_send_message_length", 64 * 1024 * 1024), ("grpc.max_receive_message_length", 64 * 1024 * 1024)]
 
 
+def front(kind: str, replicas: LocalReplicas) -> tuple[NginxConfig, dict[str, str]]:
+    """The NGINX config of `kind` (FRONTS) over `replicas`, on free ports, and the headers a client sends
+    through it: the gateway as `python -m hotpath.gateway serve` sizes it, with one tenant whose rate
+    limit never bites."""
+    grpc_port, http_port = free_ports(2)
+    if kind == "replica balancer":
+        return ReplicaBalancer(grpc_port, tuple(replicas.grpc_urls)), {}
+    if kind != "tenant gateway":
+        raise ValueError(f"front {kind!r}: one of {FRONTS}")
+    token = new_token()
+    settings = TenantGatewaySettings(grpc_port, http_port, tuple(replicas.grpc_urls), tuple(replicas.http_urls),
+                                     (Tenant("failover", token, 100_000, 100_000),), admission_cap("cpu"),
+                                     max_body_bytes(), stream_cap())
+    return settings, {"authorization": f"Bearer {token}"}
+
+
 @dataclass
 class Call:
     start: float
@@ -43,18 +69,16 @@ class Call:
     def ms(self) -> float:
         return (self.end - self.start) * 1e3
 
-    @property
-    def broken_by_gateway(self) -> bool:
-        """Failed because its replica died under it (the gateway's own UNAVAILABLE), not shed by a queue."""
-        return GATEWAY_MESSAGE in self.error
-
 
 @dataclass
 class Failover:
     killed: str                       # gRPC address of the killed replica
-    kill_at: float
+    kill_at: float                    # just before the SIGKILL
+    dead_at: float                    # once the killed replica was reaped: its sockets are closed
     calls: list[Call]
-    hops: list[Hop] = field(default_factory=list)
+    unreachable_message: str          # grpc-message of the front's own UNAVAILABLE (a replica died mid-call)
+    fail_timeout_s: float             # how long the front skips a replica that failed
+    hops: list[LogEntry] = field(default_factory=list)
 
     @property
     def failed(self) -> list[Call]:
@@ -62,25 +86,26 @@ class Failover:
 
     @property
     def broken(self) -> list[Call]:
-        """Calls that failed for the client because the replica died (retries exhausted or off)."""
-        return [c for c in self.failed if c.broken_by_gateway]
+        """Calls that failed for the client because the replica died (retries exhausted or off), not
+        refused or shed for load."""
+        return [c for c in self.failed if self.unreachable_message in c.error]
 
     @property
     def in_flight_at_kill(self) -> list[Call]:
         return [c for c in self.calls if c.start < self.kill_at < c.end]
 
     @property
-    def retried(self) -> list[Hop]:
+    def retried(self) -> list[LogEntry]:
         """Calls NGINX passed on to another replica (it had sent nothing to the first)."""
         return [h for h in self.hops if len(h.upstreams) > 1]
 
     @property
-    def gateway_errors(self) -> list[Hop]:
-        """Calls the gateway answered with an error: each met a dying replica mid-call."""
+    def gateway_errors(self) -> list[LogEntry]:
+        """Calls the front answered with an error: each met a dying replica mid-call."""
         return [h for h in self.infer_hops if h.status != 200]
 
     @property
-    def infer_hops(self) -> list[Hop]:
+    def infer_hops(self) -> list[LogEntry]:
         return [h for h in self.hops if h.uri.endswith("/ModelInfer")]
 
     def served_share(self, after: bool) -> dict[str, int]:
@@ -92,9 +117,24 @@ class Failover:
         return out
 
     @property
-    def tries_on_killed(self) -> list[Hop]:
-        """Calls the gateway sent to the dead replica after the kill (each then failed or was passed on)."""
+    def tries_on_killed(self) -> list[LogEntry]:
+        """Calls the front sent to the dead replica after the kill (each then failed or was passed on)."""
         return [h for h in self.hops if self.killed in h.upstreams and h.at >= self.kill_at]
+
+    @property
+    def marked_down_at(self) -> float:
+        """When the front had seen the dead replica fail (an upper bound: the log line of the first call
+        that met it dead); 0 when none did."""
+        failures = [h.at for h in self.tries_on_killed if h.status != 200 or h.served_by != self.killed]
+        return min(failures) if failures else 0.0
+
+    @property
+    def tries_after_marked_down(self) -> list[LogEntry]:
+        """Calls that reached the front after it had marked the replica down, within its fail_timeout,
+        and were still sent there: none, if the front skips a failed replica."""
+        down = self.marked_down_at
+        return [h for h in self.tries_on_killed
+                if down and down + 0.0005 < h.started < down + self.fail_timeout_s]
 
     @property
     def disrupted_ms(self) -> float:
@@ -108,14 +148,14 @@ class Failover:
         return (statistics.median(window), max(window)) if window else (0.0, 0.0)
 
 
-def _wait_until_served(url: str, model: str, input_name: str, timeout_s: float = 30.0) -> None:
-    """Block until a request through the gateway succeeds: a refused connection before NGINX listens
+def _wait_until_served(url: str, model: str, input_name: str, headers: dict | None, timeout_s: float = 30.0) -> None:
+    """Block until a request through the front succeeds: a refused connection before NGINX listens
     (seen once in CI) is a start-up race, not a failover result."""
     deadline = time.monotonic() + timeout_s
     with grpcclient.InferenceServerClient(url) as client:
         while True:
             try:
-                client.infer(model, [text_input(input_name, ["failover warm-up"])], client_timeout=10)
+                client.infer(model, [text_input(input_name, ["failover warm-up"])], headers=headers, client_timeout=10)
                 return
             except InferenceServerException:
                 if time.monotonic() > deadline:
@@ -123,11 +163,13 @@ def _wait_until_served(url: str, model: str, input_name: str, timeout_s: float =
                 time.sleep(0.2)
 
 
-def run(replicas: LocalReplicas, gateway: LocalNginx, model: str, input_name: str, clients: int = 4,
+def run(replicas: LocalReplicas, front: LocalNginx, model: str, input_name: str, clients: int = 4,
         duration_s: float = 10.0, kill_after_s: float = 4.0, kill_index: int = 0,
-        client_retries: bool = True) -> Failover:
-    """`clients` closed loops of unique texts through the gateway; replica `kill_index` gets SIGKILL."""
-    _wait_until_served(gateway.grpc_url, model, input_name)
+        client_retries: bool = True, headers: dict | None = None) -> Failover:
+    """`clients` closed loops of unique texts through `front` (with `headers`, e.g. a tenant token);
+    replica `kill_index` gets SIGKILL after `kill_after_s`."""
+    _wait_until_served(front.grpc_url, model, input_name, headers)
+    logged = len(front.log())
     calls: list[Call] = []
     lock = threading.Lock()
     t0 = time.time()
@@ -135,11 +177,12 @@ def run(replicas: LocalReplicas, gateway: LocalNginx, model: str, input_name: st
 
     def loop():
         client = grpcclient.InferenceServerClient(
-            gateway.grpc_url, channel_args=retrying_channel_args() if client_retries else None)
+            front.grpc_url, channel_args=retrying_channel_args() if client_retries else None)
         while time.time() < stop:
             start = time.time()
             try:
-                client.infer(model, [text_input(input_name, [f"failover probe {uuid.uuid4()}"])], client_timeout=30)
+                client.infer(model, [text_input(input_name, [f"failover probe {uuid.uuid4()}"])], headers=headers,
+                             client_timeout=30)
                 error = ""
             except InferenceServerException as exc:
                 error = f"{exc.status() or 'UNKNOWN'}: {exc.message()}"
@@ -153,9 +196,11 @@ def run(replicas: LocalReplicas, gateway: LocalNginx, model: str, input_name: st
     time.sleep(kill_after_s)
     kill_at = time.time()
     replicas.kill(kill_index)
+    dead_at = time.time()
     for t in threads:
         t.join()
-    time.sleep(0.2)   # the access log line of the last request
-    result = Failover(replicas.grpc_urls[kill_index], kill_at, sorted(calls, key=lambda c: c.start))
-    result.hops = parse_access_log(gateway.access_log.read_text())
+    config = front.settings
+    result = Failover(replicas.grpc_urls[kill_index], kill_at, dead_at, sorted(calls, key=lambda c: c.start),
+                      config.unreachable_message, config.fail_timeout_s)
+    result.hops = front.log(logged, count=len(calls))   # every call has a line (a retried one more)
     return result

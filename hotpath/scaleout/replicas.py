@@ -23,6 +23,10 @@ class LocalReplicas:
     def grpc_urls(self) -> list[str]:
         return [s.grpc_url for s in self.servers]
 
+    @property
+    def http_urls(self) -> list[str]:
+        return [s.http_url for s in self.servers]
+
     def start(self) -> "LocalReplicas":
         try:
             with ThreadPoolExecutor(len(self.servers)) as pool:

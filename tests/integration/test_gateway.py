@@ -1,5 +1,7 @@
 """The tenant gateway (NGINX, hotpath.gateway) in front of a real tritonserver on loopback, gRPC and HTTP:
-tokens, per-tenant rate limits, the body limit, and admission control at about twice capacity."""
+tokens, per-tenant rate limits, the body limit, and admission control at about twice capacity. No timing
+bound (the host is shared): latencies are compared within one run, on NGINX's own clock where possible;
+the latency figures at 1x and 2x capacity come from perf/overload_gateway.py."""
 
 import json
 import time
@@ -22,8 +24,8 @@ from hotpath.gateway.config import (
     TenantGatewaySettings,
 )
 from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
-from hotpath.gateway.local import LocalGateway
 from hotpath.gateway.tenants import load_tenants, new_token
+from hotpath.nginx.process import LocalNginx
 from hotpath.perf.open_loop import run_open_loop
 from hotpath.perf.slo import load_slos
 from hotpath.server.admin import admin_headers
@@ -46,28 +48,18 @@ def gateway(triton, tmp_path_factory):
     grpc_port, http_port = free_ports(2)
     settings = TenantGatewaySettings(grpc_port, http_port, (triton.grpc_url,), (triton.http_url,), load_tenants(path),
                                      admission_cap("cpu"), max_body_bytes(), stream_cap())
-    with LocalGateway(settings) as gw:
+    with LocalNginx(settings) as gw:
         yield gw
 
 
-def _log_since(gateway, start: int, count: int, timeout_s: float = 2.0):
-    """Access-log entries from `start` on, once there are `count` (NGINX logs a call after answering it)."""
-    deadline = time.monotonic() + timeout_s
-    while len(entries := gateway.log()[start:]) < count and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return entries
-
-
 def _grpc_status(url, inputs, headers=None, model=MODEL):
-    """(status name, message, seconds) of one gRPC inference call."""
-    started = time.perf_counter()
+    """(status name, message) of one gRPC inference call."""
     with grpcclient.InferenceServerClient(url) as client:
         try:
             client.infer(model, inputs, headers=headers)
-            status, message = "OK", ""
+            return "OK", ""
         except InferenceServerException as exc:
-            status, message = str(exc.status()).removeprefix("StatusCode."), exc.message()
-    return status, message, time.perf_counter() - started
+            return str(exc.status()).removeprefix("StatusCode."), exc.message()
 
 
 def _http_status(url, text: bytes, headers=None):
@@ -85,11 +77,10 @@ def test_calls_without_a_known_token_are_refused_before_triton(gateway):
     logged = len(gateway.log())
     for headers in (None, {"authorization": "Bearer " + new_token()}, {"authorization": TOKENS["alpha"]},
                     {"authorization": "Basic " + TOKENS["alpha"]}):
-        status, message, seconds = _grpc_status(gateway.grpc_url, inputs, headers)
+        status, message = _grpc_status(gateway.grpc_url, inputs, headers)
         assert (status, message) == ("UNAUTHENTICATED", UNAUTHENTICATED), (headers, status, message)
-        assert seconds < 2.5, seconds   # with the channel's setup; 5x a quiet host's bound for a busy CI host
         assert _http_status(gateway.http_url, b"who am I", headers) == ("401", UNAUTHENTICATED)
-    refused = _log_since(gateway, logged, 8)
+    refused = gateway.log(logged, 8)
     assert len(refused) == 8 and all(e.upstream == "" and e.tenant == "" for e in refused), refused   # never reached Triton
     assert all(e.grpc_status == "16" for e in refused if e.status == 204)
 
@@ -139,11 +130,10 @@ def test_an_oversized_body_is_refused_by_the_gateway(gateway):
     limit = gateway.settings.max_body_bytes
     too_large = TOO_LARGE.format(limit=limit)
     # Under the gateway's limit a long text reaches Triton and its own limit (max_text_bytes) refuses it.
-    status, message, _ = _grpc_status(gateway.grpc_url, [text_input("TEXT", ["x" * (1 << 20)])], _bearer("alpha"))
+    status, message = _grpc_status(gateway.grpc_url, [text_input("TEXT", ["x" * (1 << 20)])], _bearer("alpha"))
     assert status == "INVALID_ARGUMENT" and message != too_large, message
-    status, message, seconds = _grpc_status(gateway.grpc_url, [text_input("TEXT", ["x" * (limit + 1)])],
-                                            _bearer("alpha"))
-    assert (status, message) == ("INVALID_ARGUMENT", too_large) and seconds < 2, (status, message, seconds)
+    status, message = _grpc_status(gateway.grpc_url, [text_input("TEXT", ["x" * (limit + 1)])], _bearer("alpha"))
+    assert (status, message) == ("INVALID_ARGUMENT", too_large), (status, message)
     assert _http_status(gateway.http_url, b"x" * (limit + 1), _bearer("alpha")) == ("413", too_large)
     assert _grpc_status(gateway.grpc_url, [text_input("TEXT", ["still served"])], _bearer("alpha"))[0] == "OK"
 
@@ -173,7 +163,7 @@ def test_admin_apis_are_refused_while_health_metadata_and_streams_pass(gateway):
     assert (status, json.loads(body)) == (403, {"error": ADMIN_ONLY})
     status, body = _http(gateway.http_url, f"/v2/models/{MODEL}/config", headers=alpha)
     assert status == 200 and json.loads(body)["name"] == MODEL
-    refused = [e for e in _log_since(gateway, logged, 6) if e.status in (204, 403)]
+    refused = [e for e in gateway.log(logged, 6) if e.status in (204, 403)]
     assert len(refused) == 2 and not [e for e in refused if e.upstream], refused   # never reached Triton
     # Streams pass (their own cap): a gRPC token stream and HTTP server-sent events.
     with GenerationClient(gateway.grpc_url, token=TOKENS["alpha"]) as generation:
@@ -184,22 +174,24 @@ def test_admin_apis_are_refused_while_health_metadata_and_streams_pass(gateway):
 
 @pytest.fixture(scope="module")
 def overload(gateway, triton):
-    """Open loop at about twice the measured capacity (perf/slo.toml) through the gateway, for 3 s."""
+    """Open loop at about twice the measured capacity (perf/slo.toml) through the gateway, for 3 s: the
+    client's outcomes and NGINX's log lines of the run."""
     slo = load_slos("cpu")[MODEL]
     unique = "gateway overload {} {} with a unique text so the response cache never answers"
     # The first executions of each batch shape are slow: warm them up on Triton directly, unrefused.
     run_open_loop(triton.grpc_url, MODEL, lambda i: [text_input("TEXT", [unique.format("direct", i)])], 300, 2)
+    before = len(gateway.log())   # lines of the tests before, written long ago
     warm = run_open_loop(gateway.grpc_url, MODEL, lambda i: [text_input("TEXT", [unique.format("warm", i)])], 100, 1,
                          headers=_bearer("alpha"))
-    logged = len(gateway.log())
+    logged = before + len(gateway.log(before, len(warm.outcomes)))   # the run's lines come after these
     result = run_open_loop(gateway.grpc_url, MODEL, lambda i: [text_input("TEXT", [unique.format("2x", i)])],
                            round(2 * slo.capacity_per_s), 3, headers=_bearer("alpha"))
     print(f"\nwarm-up: {warm.summary()}\n2x capacity: {result.summary()}")
-    return slo, warm, result, _log_since(gateway, logged, len(result.outcomes))
+    return result, gateway.log(logged, len(result.outcomes))
 
 
 def test_twice_capacity_refuses_the_excess_fast_with_unavailable(overload, gateway):
-    _, _, result, logged = overload
+    result, logged = overload
     refused, admitted = result.of("UNAVAILABLE"), result.of("OK")
     assert len(refused) + len(admitted) == len(result.outcomes), {o.status for o in result.outcomes}
     assert refused, f"nothing refused at ~2x capacity: {result.summary()}"
@@ -210,7 +202,6 @@ def test_twice_capacity_refuses_the_excess_fast_with_unavailable(overload, gatew
     # loaded host slows both. As the client sees it: refusal medians 0.2-2 ms on this host (up to ~7 ms
     # while other work shares the 2 cores with the client's callbacks), admitted ~20 ms.
     assert result.latency_ms("UNAVAILABLE", 50) < result.latency_ms("OK", 50), result.summary()
-    assert result.latency_ms("UNAVAILABLE", 95) < 100, result.summary()  # a busy 2-core host's tail
     # NGINX's own clock ($request_time, ms resolution): refusals 0-1 ms, admitted calls a server execution.
     at_nginx = sorted(e.seconds for e in logged if e.grpc_status == "14")
     served = sorted(e.seconds for e in logged if e.grpc_status == "0")
@@ -218,10 +209,22 @@ def test_twice_capacity_refuses_the_excess_fast_with_unavailable(overload, gatew
     assert at_nginx[int(0.95 * (len(at_nginx) - 1))] < served[len(served) // 2], (at_nginx[-10:], served[:10])
 
 
-def test_twice_capacity_keeps_the_admitted_latency_bounded(overload):
-    slo, warm, result, _ = overload
-    # Without admission control the queue grows for as long as the overload lasts (p99 33.8 s after 30 s
-    # at 2x; p95 1.3 s after 3 s at 700/s, perf/reports/overload.md). With it the admitted calls wait
-    # behind at most the cap: a bound of a few targets, whatever the host's noise.
-    bound = max(4 * slo.p95_ms, 4 * warm.latency_ms("OK", 95))
-    assert result.latency_ms("OK", 95) < bound, (bound, result.summary())
+def _most_at_once(entries) -> int:
+    """The most calls in flight at once, from each line's [start, end) on NGINX's ms clock."""
+    edges = sorted([(round(e.at * 1000), -1) for e in entries] + [(round(e.started * 1000), 1) for e in entries])
+    most = now = 0
+    for _, step in edges:   # at equal times an end comes first: the slot was free again
+        now += step
+        most = max(most, now)
+    return most
+
+
+def test_twice_capacity_admits_no_more_calls_at_once_than_the_cap(overload, gateway):
+    """What bounds the admitted calls' latency: they wait behind at most the cap, where without it the
+    queue grows for as long as the overload lasts (p95 1.3 s after 3 s at 700/s; with cap 8, 23.8 ms at
+    2x: perf/reports/overload.md, the latency claim's home)."""
+    result, logged = overload
+    admitted = [e for e in logged if e.uri.endswith("/ModelInfer") and e.upstream]
+    assert len(admitted) == len(result.of("OK")), (len(admitted), result.summary())
+    most = _most_at_once(admitted)
+    assert 1 <= most <= gateway.settings.in_flight_cap, (most, gateway.settings.in_flight_cap)

@@ -1,28 +1,30 @@
-"""Three local replicas behind NGINX (least_conn over gRPC): one is killed under a bounded load. The calls
-in flight on it fail at the gateway (UNAVAILABLE), the client's gRPC retry policy replays them (inference
-is idempotent), no call fails for the client, and the survivors take all the traffic."""
+"""Three local replicas behind NGINX, through the tenant gateway (the front door) and through the bare replica
+balancer: one replica is killed under a bounded load. The calls in flight on it fail at the front
+(UNAVAILABLE), the client's gRPC retry policy replays them (inference is idempotent), no call fails for the
+client, and the survivors take all the traffic. No timing bound: each claim is about which replica served
+what, and about order on NGINX's own clock."""
 
 import pytest
 
 from hotpath.engines import build_repository
 from hotpath.monitoring.endpoints import load_endpoints
+from hotpath.nginx.process import LocalNginx
 from hotpath.scaleout import failover
-from hotpath.scaleout.nginx import GatewaySettings, LocalNginx
 from hotpath.scaleout.replicas import LocalReplicas
-from hotpath.server.ports import free_ports
 from hotpath.server.subset import linked
 
 
-@pytest.fixture(scope="module")
-def result(tmp_path_factory):
+@pytest.fixture(scope="module", params=failover.FRONTS)
+def result(request, tmp_path_factory):
     build_repository()  # incremental: nothing to do once `make engines` ran
     text = next(e for e in load_endpoints("cpu") if e.name == "text_embedding")
     repository = linked(text.models, tmp_path_factory.mktemp("repository"))
     # One ORT thread per replica: three replicas share two cores.
     with LocalReplicas(3, repository, ort_threads=1) as replicas:
-        settings = GatewaySettings(free_ports(1)[0], tuple(replicas.grpc_urls))
-        with LocalNginx(settings) as gateway:
-            yield failover.run(replicas, gateway, "text_embedding", "TEXT", clients=4, duration_s=9, kill_after_s=3)
+        config, headers = failover.front(request.param, replicas)
+        with LocalNginx(config) as front:
+            yield failover.run(replicas, front, "text_embedding", "TEXT", clients=4, duration_s=9, kill_after_s=3,
+                               headers=headers)
 
 
 def test_load_spread_over_all_replicas_before_the_kill(result):
@@ -32,25 +34,25 @@ def test_load_spread_over_all_replicas_before_the_kill(result):
 
 def test_no_request_fails_when_a_replica_dies(result):
     assert len(result.calls) > 40
-    assert result.broken == [], [(c.error, round(c.start - result.kill_at, 3)) for c in result.broken]
-    # Anything else that failed was shed by a replica's queue policy (an overloaded host), not the kill.
-    assert all("timeout" in c.error.lower() or "queue" in c.error.lower() for c in result.failed), result.failed
+    assert result.failed == [], [(c.error, round(c.start - result.kill_at, 3)) for c in result.failed]
     assert result.gateway_errors or result.retried, "the kill met no call in flight: nothing was proven"
 
 
-def test_only_calls_in_flight_on_the_dead_replica_failed_at_the_gateway(result):
+def test_only_calls_in_flight_on_the_dead_replica_failed_at_the_front(result):
     errors = result.gateway_errors
     assert all(h.served_by == result.killed for h in errors), errors
-    # Each was on the replica when it died: it ended within a second of the kill.
-    assert all(abs(h.at - result.kill_at) < 1.0 for h in errors), [h.at - result.kill_at for h in errors]
+    # Each was on the replica when it died: it began before the replica was reaped (a later call finds its
+    # port closed and is passed on) and ended after the kill.
+    assert all(h.started <= result.dead_at and h.at >= result.kill_at for h in errors), \
+        [(h.started - result.dead_at, h.at - result.kill_at) for h in errors]
     assert len(errors) <= 4, "at most one call per client connection was in flight"
 
 
 def test_traffic_moves_to_the_survivors(result):
     after = result.served_share(after=True)
     assert result.killed not in after and len(after) == 2 and sum(after.values()) > 10, after
-    # Calls NGINX sent on before it had given anything to the dead replica; then it skips it entirely.
+    # Calls NGINX sent on before it had given anything to the dead replica.
     assert all(h.upstreams[0] == result.killed and h.status == 200 for h in result.retried)
-    # Once NGINX marked the replica down no call met it again within its fail_timeout (10 s).
-    assert result.disrupted_ms < 1000, result.disrupted_ms
-    assert all(h.at - result.kill_at < 1.0 for h in result.tries_on_killed)
+    # Once NGINX had seen the replica fail it sent it nothing within its fail_timeout (10 s; the run lasts 6 s
+    # after the kill).
+    assert result.marked_down_at and result.tries_after_marked_down == [], result.tries_after_marked_down

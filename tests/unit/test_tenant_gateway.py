@@ -33,6 +33,7 @@ from hotpath.gateway.config import (
     ADMIN_ONLY,
     GRPC_STREAM,
     HTTP_STREAM,
+    LOG_FIELDS,
     TOKEN_MAP,
     UNAUTHENTICATED,
     UNREACHABLE,
@@ -42,10 +43,11 @@ from hotpath.gateway.config import (
     token_map,
 )
 from hotpath.gateway.limits import BODY_OVERHEAD_BYTES, admission_cap, little_cap, max_body_bytes, stream_cap
-from hotpath.gateway.local import LocalGateway, parse_log
 from hotpath.gateway.tenants import Tenant, load_tenants, new_token, parse_tenants
+from hotpath.nginx.access_log import parse_access_log
+from hotpath.nginx.directives import TEMP_KINDS, render
+from hotpath.nginx.process import LocalNginx
 from hotpath.processes import stop_process
-from hotpath.scaleout.nginx import TEMP_KINDS, render
 from hotpath.server.ports import free_ports
 
 TOKENS = [new_token() for _ in range(3)]
@@ -217,6 +219,16 @@ def test_config_parses_back_and_nginx_accepts_it(tmp_path, replicas):
     pages = {tuple(d["args"]) for d in grpc["block"] if d["directive"] == "error_page"}
     assert pages == {("401", "=", "@unauthenticated"), ("403", "=", "@admin_only"), ("429", "=", "@rate_limited"),
                      ("413", "=", "@too_large"), ("503", "=", "@overloaded"), ("502", "504", "=", "@unreachable")}
+    # The failover policy of the replica balancer (hotpath.nginx.upstreams): inference, health and metadata
+    # go to another replica when one fails; streams never do (a replayed stream would repeat its tokens).
+    for server, protocol in ((grpc, "grpc"), (http, "proxy")):
+        retried = {loc["args"][-1]: [d["args"] for d in loc["block"] if d["directive"].startswith(f"{protocol}_next")]
+                   for loc in _find(server["block"], "location") if any(_find(loc["block"], f"{protocol}_pass"))}
+        for uri, policy in retried.items():
+            expected = [["error", "timeout", "http_502", "http_503", "non_idempotent"], [str(replicas)]]
+            assert policy == ([] if uri in (GRPC_STREAM, HTTP_STREAM) else expected), (uri, policy)
+    assert all(s["args"][1:] == ["max_fails=1", "fail_timeout=10s"]
+               for u in _find(top, "upstream") for s in u["block"] if s["directive"] == "server")
     # A stream location answers a full cap with its own message, and keeps every other answer.
     (stream,) = [loc for loc in _find(grpc["block"], "location") if loc["args"][-1] == GRPC_STREAM]
     stream_pages = {tuple(d["args"]) for d in stream["block"] if d["directive"] == "error_page"}
@@ -231,13 +243,13 @@ def test_nginx_rejects_a_config_whose_token_map_is_missing(tmp_path):
 
 
 def test_local_gateway_writes_the_token_map_private(tmp_path):
-    gateway = LocalGateway(_settings())
+    gateway = LocalNginx(_settings())
     try:
-        directives = gateway.directives()
+        text = gateway.write_config()
         mode = stat.S_IMODE((gateway.dir / TOKEN_MAP).stat().st_mode)
         assert mode == 0o600, oct(mode)
         assert all(f"Bearer {t.token}" in (gateway.dir / TOKEN_MAP).read_text() for t in TENANTS)
-        assert not any(t in render(directives) for t in TOKENS)
+        assert not any(t in text for t in TOKENS)
     finally:
         shutil.rmtree(gateway.dir)
 
@@ -246,7 +258,7 @@ def test_local_gateway_writes_the_token_map_private(tmp_path):
 def test_a_gateway_that_cannot_start_removes_its_token_map():
     grpc_port, http_port = free_ports(2)
     settings = TenantGatewaySettings(grpc_port, http_port, ("127.0.0.1:9001",), ("127.0.0.1:9000",), TENANTS)
-    gateway = LocalGateway(settings)
+    gateway = LocalNginx(settings)
     with socket.create_server(("127.0.0.1", http_port)), pytest.raises(HotpathError, match="already in use"):
         with gateway:
             pass
@@ -280,7 +292,7 @@ def test_tenants_reach_only_the_allow_listed_apis(tmp_path):
     settings = TenantGatewaySettings(grpc_port, http_port, (f"127.0.0.1:{dead_grpc}",), (f"127.0.0.1:{dead_http}",),
                                      TENANTS)
     metadata = [("authorization", f"Bearer {TOKENS[0]}")]
-    with LocalGateway(settings) as gateway, grpc.insecure_channel(gateway.grpc_url) as channel:
+    with LocalNginx(settings) as gateway, grpc.insecure_channel(gateway.grpc_url) as channel:
         def grpc_answer(path):
             call = channel.stream_stream(path) if path.endswith("StreamInfer") else channel.unary_unary(path)
             with pytest.raises(grpc.RpcError) as err:
@@ -305,7 +317,9 @@ def test_tenants_reach_only_the_allow_listed_apis(tmp_path):
             assert http_answer(method, path) == (502, UNREACHABLE), (method, path)
         for method, path in HTTP_ADMIN:
             assert http_answer(method, path) == (403, ADMIN_ONLY), (method, path)
-        refused = [e for e in gateway.log() if e.status in (403, 204) and e.grpc_status in ("7", "")]
+        # NGINX logs a call after answering it: wait for every line.
+        logged = gateway.log(count=len(GRPC_ALLOWED) + len(GRPC_ADMIN) + len(HTTP_ALLOWED) + len(HTTP_ADMIN))
+        refused = [e for e in logged if e.status in (403, 204) and e.grpc_status in ("7", "")]
         assert len(refused) == len(GRPC_ADMIN) + len(HTTP_ADMIN) and not [e for e in refused if e.upstream], refused
 
 def test_access_log_lines():
@@ -313,7 +327,7 @@ def test_access_log_lines():
            "1796020000.2|200|127.0.0.1:9001|200|0|0.012|alpha|-|/inference.GRPCInferenceService/ModelInfer\n"
            "1796020000.3|429|-|-|-|0.000|beta|-|/v2/models/m/infer\n"
            "1796020000.4|401|-|-|-|0.000||-|/v2/models/a|b/infer?x=|\nnot a log line\n")
-    refused, served, limited, piped = parse_log(log)
+    refused, served, limited, piped = parse_access_log(log, LOG_FIELDS)
     assert (refused.upstream, refused.grpc_status, refused.tenant) == ("", "16", "")
     assert (served.upstream, served.grpc_status, served.tenant, served.seconds) == ("127.0.0.1:9001", "0", "alpha", 0.012)
     assert (limited.status, limited.grpc_status) == (429, "")
@@ -371,6 +385,39 @@ def test_serve_command_refuses_unknown_tokens_without_any_server(tmp_path):
         with pytest.raises(urllib.error.HTTPError) as passed:   # a known token goes on: no server there (502)
             urllib.request.urlopen(urllib.request.Request(url, headers={"Authorization": "Bearer " + TOKENS[0]}))
         assert passed.value.code == 502
+    finally:
+        stop_process(process, signal.SIGTERM, 10)
+    assert process.returncode == 0
+
+
+def test_sighup_reads_the_tenants_file_again_and_a_broken_file_keeps_the_tenants(tmp_path):
+    """A tenant added to the file is served after SIGHUP, without a restart; a file that does not parse
+    changes nothing."""
+    tenants = tmp_path / "tenants.toml"
+    tenants.write_text(f'[tenants.acme]\ntoken = "{TOKENS[0]}"\n')
+    grpc_port, http_port, upstream = free_ports(3)
+    cmd = [sys.executable, "-m", "hotpath.gateway", "serve", "--tenants", str(tenants), "--grpc-port", str(grpc_port),
+           "--http-port", str(http_port), "--http-upstream", f"127.0.0.1:{upstream}"]
+    process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+    def status(token):
+        request = urllib.request.Request(f"http://127.0.0.1:{http_port}/v2/health/ready",
+                                         headers={"Authorization": "Bearer " + token})
+        with pytest.raises(urllib.error.HTTPError) as answer:   # 401 refused, 502 passed on (no server there)
+            urllib.request.urlopen(request, timeout=10)
+        return answer.value.code
+
+    try:
+        assert "[gateway] gRPC" in process.stdout.readline()
+        assert (status(TOKENS[0]), status(TOKENS[1])) == (502, 401)
+        tenants.write_text(f'[tenants.acme]\ntoken = "{TOKENS[0]}"\n[tenants.beta]\ntoken = "{TOKENS[1]}"\n')
+        process.send_signal(signal.SIGHUP)
+        assert "[gateway] reloaded: 2 tenant(s)" in process.stdout.readline()
+        assert (status(TOKENS[0]), status(TOKENS[1])) == (502, 502)
+        tenants.write_text("[tenants.beta\n")
+        process.send_signal(signal.SIGHUP)
+        assert "reload refused" in process.stderr.readline()
+        assert (status(TOKENS[0]), status(TOKENS[1])) == (502, 502)
     finally:
         stop_process(process, signal.SIGTERM, 10)
     assert process.returncode == 0

@@ -1,15 +1,20 @@
-"""The NGINX gateway config for local replicas: built with crossplane, parsed back, accepted by nginx -t."""
+"""The NGINX layer (hotpath.nginx) and the replica balancer's config: built with crossplane, parsed back,
+accepted by nginx -t; the process's start, reload and failures; the access log."""
 
 import shutil
 import socket
 import subprocess
 
 import crossplane
+import grpc
 import pytest
 
 from hotpath.errors import HotpathError
-from hotpath.scaleout import nginx as nginx_module
-from hotpath.scaleout.nginx import LOG_FIELDS, GatewaySettings, LocalNginx, config, log_format, parse_access_log, render
+from hotpath.nginx import process as nginx_process
+from hotpath.nginx.access_log import LOG_FIELDS, log_format, parse_access_log
+from hotpath.nginx.directives import TEMP_KINDS, render
+from hotpath.nginx.process import LocalNginx
+from hotpath.scaleout.balancer import GATEWAY_MESSAGE, ReplicaBalancer
 from hotpath.server.ports import free_ports
 
 UPSTREAMS = ("127.0.0.1:9001", "127.0.0.1:9011", "127.0.0.1:9021")
@@ -23,10 +28,10 @@ def _find(directives, name):
 
 
 def _written(tmp_path, retry=True):
-    for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"):
+    for kind in TEMP_KINDS:
         (tmp_path / "tmp" / kind).mkdir(parents=True)
     path = tmp_path / "nginx.conf"
-    path.write_text(render(config(GatewaySettings(8443, UPSTREAMS, retry), tmp_path)))
+    path.write_text(render(ReplicaBalancer(8443, UPSTREAMS, retry).directives(tmp_path)))
     return path
 
 
@@ -83,9 +88,9 @@ def test_the_log_format_puts_the_uri_last():
     with pytest.raises(ValueError, match="last"):
         log_format(("request_uri", "status"))
 
-class _BrokenNginx(LocalNginx):
-    def directives(self):
-        return [*super().directives(), {"directive": "no_such_directive", "args": []}]
+class _Broken(ReplicaBalancer):
+    def directives(self, workdir):
+        return [*super().directives(workdir), {"directive": "no_such_directive", "args": []}]
 
 
 def _listening(port):
@@ -96,7 +101,7 @@ def _listening(port):
 
 
 def test_a_rejected_config_leaves_no_scratch_dir():
-    gateway = _BrokenNginx(GatewaySettings(free_ports(1)[0], UPSTREAMS))
+    gateway = LocalNginx(_Broken(free_ports(1)[0], UPSTREAMS))
     with pytest.raises(HotpathError, match="nginx rejected its config"):
         with gateway:
             pass
@@ -106,7 +111,7 @@ def test_a_rejected_config_leaves_no_scratch_dir():
 def test_a_busy_listen_port_is_named_and_leaves_nothing_behind():
     port = free_ports(1)[0]
     with _listening(port):
-        gateway = LocalNginx(GatewaySettings(port, UPSTREAMS))
+        gateway = LocalNginx(ReplicaBalancer(port, UPSTREAMS))
         with pytest.raises(HotpathError, match=f"port\\(s\\) \\[{port}\\]: already in use"):
             gateway.start()
     assert gateway.process is None and not gateway.dir.exists()
@@ -114,10 +119,34 @@ def test_a_busy_listen_port_is_named_and_leaves_nothing_behind():
 
 def test_another_process_accepting_on_the_port_is_not_taken_for_nginx(monkeypatch):
     """The port taken between the check and NGINX's bind: it never writes its pid file and exits."""
-    monkeypatch.setattr(nginx_module, "port_is_free", lambda port: True)
+    monkeypatch.setattr(nginx_process, "port_is_free", lambda port: True)
     port = free_ports(1)[0]
     with _listening(port):
-        gateway = LocalNginx(GatewaySettings(port, UPSTREAMS))
+        gateway = LocalNginx(ReplicaBalancer(port, UPSTREAMS))
         with pytest.raises(HotpathError, match="nginx did not start.*Address already in use"):
             gateway.start()
     assert gateway.process.poll() is not None and not gateway.dir.exists()
+
+
+def _upstream_tried(gateway):
+    """The upstream NGINX tried for one ModelInfer call (nothing listens there: the call fails)."""
+    logged = len(gateway.log())
+    with grpc.insecure_channel(gateway.grpc_url) as channel, pytest.raises(grpc.RpcError) as err:
+        channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")(b"", timeout=10)
+    assert err.value.code() == grpc.StatusCode.UNAVAILABLE and err.value.details() == GATEWAY_MESSAGE
+    (entry,) = gateway.log(logged, count=1)
+    return entry.upstreams
+
+
+def test_a_reload_serves_the_new_config_and_a_rejected_one_keeps_the_old():
+    port, first, second = free_ports(3)
+    with LocalNginx(ReplicaBalancer(port, (f"127.0.0.1:{first}",))) as gateway:
+        assert _upstream_tried(gateway) == (f"127.0.0.1:{first}",)
+        master = gateway.process.pid
+        gateway.reload(ReplicaBalancer(port, (f"127.0.0.1:{second}",)))
+        assert _upstream_tried(gateway) == (f"127.0.0.1:{second}",) and gateway.process.pid == master
+        with pytest.raises(HotpathError, match="nginx rejected its config"):
+            gateway.reload(_Broken(port, (f"127.0.0.1:{first}",)))
+        assert _upstream_tried(gateway) == (f"127.0.0.1:{second}",) and gateway.process.poll() is None
+        with pytest.raises(HotpathError, match="listen ports"):
+            gateway.reload(ReplicaBalancer(port + 1, (f"127.0.0.1:{first}",)))

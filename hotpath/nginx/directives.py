@@ -1,0 +1,47 @@
+"""nginx.conf as crossplane directives: the builder, the main context every config shares, gRPC errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import crossplane
+
+from hotpath.nginx.access_log import LOG_FIELDS, log_format
+
+TEMP_KINDS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")   # NGINX's temp dirs, kept in the scratch dir
+
+
+def d(directive: str, *args, block: list | None = None) -> dict:
+    """One directive in crossplane's form; arguments become strings."""
+    out = {"directive": directive, "args": [str(a) for a in args]}
+    if block is not None:
+        out["block"] = block
+    return out
+
+
+def render(directives: list[dict]) -> str:
+    return crossplane.build(directives) + "\n"
+
+
+def main_context(workdir: Path, http: list[dict], fields: tuple[str, ...] = LOG_FIELDS) -> list[dict]:
+    """nginx.conf around an `http` block's own directives: one worker, files in `workdir`, an access log."""
+    temp = [d(f"{kind}_temp_path", workdir / "tmp" / kind) for kind in TEMP_KINDS]
+    return [
+        d("daemon", "off"),
+        d("worker_processes", 1),
+        d("pid", workdir / "nginx.pid"),
+        d("error_log", workdir / "error.log", "warn"),
+        d("events", block=[d("worker_connections", 1024)]),
+        d("http", block=[d("log_format", "hotpath", log_format(fields)),
+                          d("access_log", workdir / "access.log", "hotpath"), *temp, *http]),
+    ]
+
+
+def grpc_error(name: str, grpc_status: int, message: str) -> dict:
+    """A named location answering a gRPC call with `grpc_status` in a trailers-only response (which a
+    gRPC client reads as a status it may retry; a plain HTTP 502 it may not)."""
+    return d("location", name, block=[
+        d("default_type", "application/grpc"),
+        d("add_header", "grpc-status", grpc_status, "always"),
+        d("add_header", "grpc-message", message, "always"),
+        d("return", 204)])
