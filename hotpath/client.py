@@ -293,8 +293,10 @@ def _tensor(name: str, data: np.ndarray, dtype: str) -> grpcclient.InferInput:
 
 def generation_inputs(prompt: str | bytes, max_tokens: int | None = None, temperature: float | None = None,
                       top_p: float | None = None, seed: int | None = None,
-                      stop: Sequence[str] | None = None) -> list[grpcclient.InferInput]:
-    """The text_generation endpoint's inputs; optional ones are sent only when given."""
+                      stop: Sequence[str] | None = None,
+                      history: Sequence[str] | None = None) -> list[grpcclient.InferInput]:
+    """The text_generation endpoint's inputs; optional ones are sent only when given. `history`: the
+    chat's earlier turns (user, assistant, ...), so the server renders and caches the conversation."""
     raw = prompt.encode("utf-8") if isinstance(prompt, str) else bytes(prompt)
     inputs = [_tensor("PROMPT", np.array([raw], dtype=np.object_), "BYTES")]
     for name, value, np_type, dtype in (("MAX_TOKENS", max_tokens, np.int32, "INT32"),
@@ -304,6 +306,8 @@ def generation_inputs(prompt: str | bytes, max_tokens: int | None = None, temper
             inputs.append(_tensor(name, np.array([value], dtype=np_type), dtype))
     if stop:
         inputs.append(_tensor("STOP", np.array([s.encode("utf-8") for s in stop], dtype=np.object_), "BYTES"))
+    if history:
+        inputs.append(_tensor("HISTORY", np.array([t.encode("utf-8") for t in history], dtype=np.object_), "BYTES"))
     return inputs
 
 

@@ -14,7 +14,8 @@ from hotpath.runtime.backend_args import parameters, version_dir
 from hotpath.runtime.generation.chat import encode_prompt, shared_prefix
 from hotpath.runtime.generation.decoder import Decoder, ModelInfo
 from hotpath.runtime.generation.engine import Engine, EngineSettings, QueueFull
-from hotpath.runtime.generation.params import InputError, Limits, request_params
+from hotpath.runtime.generation.metrics import EngineMetrics
+from hotpath.runtime.generation.params import InputError, Limits, parse_history, request_params
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 OPTIONAL = ("MAX_TOKENS", "TEMPERATURE", "TOP_P", "SEED")
@@ -69,7 +70,9 @@ class TritonPythonModel:
         folder = version_dir(args) / "export"
         info = ModelInfo.load(folder / "generation.json")
         settings = EngineSettings(max_batch=int(p.get("max_batch", 8)), context=int(p.get("max_context", 512)),
-                                  max_queue=int(p.get("max_queue", 32)), prefill_chunk=int(p.get("prefill_chunk", 64)))
+                                  max_queue=int(p.get("max_queue", 32)), prefill_chunk=int(p.get("prefill_chunk", 64)),
+                                  kv_tokens=int(p.get("kv_tokens", 0)), prefix_block=int(p.get("prefix_block", 16)),
+                                  prefix_cache_tokens=int(p.get("prefix_cache_tokens", 0)))
         self.limits = Limits(default_max_tokens=int(p.get("default_max_tokens", 128)),
                              max_tokens=int(p.get("max_tokens_limit", settings.context)), context=settings.context)
         self.info = info
@@ -80,15 +83,19 @@ class TritonPythonModel:
         self.engine.warmup()
         if p.get("reuse_prefix", "true").lower() in ("1", "true"):
             self.engine.set_prefix(shared_prefix(self.tokenizer, info.chat_template, info.bos_token, info.eos_token))
+        self.metrics = EngineMetrics(pb_utils, self.engine, {"model": args["model_name"],
+                                                             "version": str(args["model_version"])})
         self.engine.start()
+        self.metrics.start()
 
     def execute(self, requests):
         for request in requests:
             sender = request.get_response_sender()
             try:
-                prompt, params = request_params(self.limits, *self._inputs(request))
-                ids = encode_prompt(self.tokenizer, self.info.chat_template, prompt,
-                                    self.info.bos_token, self.info.eos_token)
+                *values, history = self._inputs(request)
+                prompt, params = request_params(self.limits, *values)
+                ids = encode_prompt(self.tokenizer, self.info.chat_template, prompt, self.info.bos_token,
+                                    self.info.eos_token, parse_history(self.limits, history))
                 self.engine.submit(ids, params, TritonSink(sender))
             except InputError as exc:
                 sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(
@@ -105,11 +112,12 @@ class TritonPythonModel:
         for name in OPTIONAL:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
             values.append(None if tensor is None else tensor.as_numpy().reshape(-1)[0].item())
-        stop = pb_utils.get_input_tensor_by_name(request, "STOP")
-        return (prompt, *values, None if stop is None else list(stop.as_numpy().reshape(-1)))
+        lists = [pb_utils.get_input_tensor_by_name(request, name) for name in ("STOP", "HISTORY")]
+        return (prompt, *values, *(None if t is None else list(t.as_numpy().reshape(-1)) for t in lists))
 
     def finalize(self):
         generating, queued = self.engine.load
         pb_utils.Logger.log_info(f"text_generation: stopping the generation loop ({generating} generating, "
                                  f"{queued} queued); {self.engine.stats.breakdown()}; stats {self.engine.stats}")
+        self.metrics.stop()
         self.engine.stop()

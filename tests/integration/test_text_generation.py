@@ -27,22 +27,28 @@ MAX_TOKENS = 24
 
 
 @pytest.fixture(scope="module")
-def reference():
-    """Greedy continuations (token ids, EOS dropped) and prompt lengths from transformers."""
+def hf():
+    return load_reference()
+
+
+def _greedy(hf, messages: list[dict], max_tokens: int = MAX_TOKENS):
+    """transformers' greedy continuation of a conversation: (token ids without EOS, prompt length, text)."""
     import torch
 
-    model, tokenizer = load_reference()
-    out = {}
-    for prompt in PROMPTS:
-        ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                            tokenize=True, return_dict=False)
-        with torch.no_grad():
-            gen = model.generate(torch.tensor([ids]), max_new_tokens=MAX_TOKENS, do_sample=False,
-                                 pad_token_id=tokenizer.eos_token_id)[0, len(ids):].tolist()
-        if tokenizer.eos_token_id in gen:
-            gen = gen[:gen.index(tokenizer.eos_token_id)]
-        out[prompt] = (gen, len(ids), tokenizer.decode(gen, skip_special_tokens=True))
-    return out
+    model, tokenizer = hf
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    with torch.no_grad():
+        gen = model.generate(torch.tensor([ids]), max_new_tokens=max_tokens, do_sample=False,
+                             pad_token_id=tokenizer.eos_token_id)[0, len(ids):].tolist()
+    if tokenizer.eos_token_id in gen:
+        gen = gen[:gen.index(tokenizer.eos_token_id)]
+    return gen, len(ids), tokenizer.decode(gen, skip_special_tokens=True)
+
+
+@pytest.fixture(scope="module")
+def reference(hf):
+    """Greedy continuations (token ids, EOS dropped) and prompt lengths from transformers."""
+    return {prompt: _greedy(hf, [{"role": "user", "content": prompt}]) for prompt in PROMPTS}
 
 
 @pytest.fixture()
@@ -201,3 +207,73 @@ def test_tokens_per_second_batched_beats_one_at_a_time(grpc_url):
 
     one, four = tokens_per_s(1), tokens_per_s(4)
     assert four > 1.5 * one, f"1 stream {one:.1f} tok/s, 4 streams {four:.1f} tok/s"
+
+
+def _metric(triton, name: str, **labels) -> float:
+    """Sum of a metric's samples on the server's metrics port whose labels include `labels`."""
+    with urllib.request.urlopen(triton.metrics_url) as r:
+        text = r.read().decode()
+    want = [f'{k}="{v}"' for k, v in labels.items()]
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") and all(w in line for w in want))
+
+
+def _published(triton, name: str, above: float, **labels) -> float:
+    """The metric once the model's publisher (every second) has pushed it past `above`."""
+    for _ in range(100):
+        value = _metric(triton, name, **labels)
+        if value > above:
+            return value
+        time.sleep(0.1)
+    return value
+
+
+def test_follow_up_turns_reuse_the_conversation_and_keep_greedy_tokens(triton, grpc_url, hf, reference):
+    """Turn 2 of four chats (history = turn 1 and its reply) at once: the same tokens as transformers on
+    the whole conversation, with the earlier turns' KV entries taken from the prefix cache."""
+    hits = _metric(triton, "hotpath_generation_prefix_cache_lookups_total", model="text_generation", result="hit")
+    reused = _metric(triton, "hotpath_generation_prefix_cache_tokens_total", model="text_generation")
+    firsts = PROMPTS[:4]
+    follow = "Now say it again in fewer words."
+    results, errors = {}, []
+
+    def run(prompt):
+        try:
+            with GenerationClient(grpc_url, timeout_s=120) as c:
+                first = c.generate(prompt, max_tokens=MAX_TOKENS)
+                results[prompt] = first, c.generate(follow, max_tokens=16, history=[prompt, first.text])
+        except Exception as exc:  # surfaced below with the prompt
+            errors.append((prompt, exc))
+
+    threads = [threading.Thread(target=run, args=(p,)) for p in firsts]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for prompt in firsts:
+        first, second = results[prompt]
+        _check(first, reference[prompt])
+        want = _greedy(hf, [{"role": "user", "content": prompt}, {"role": "assistant", "content": first.text},
+                            {"role": "user", "content": follow}], 16)
+        assert (second.token_ids, second.prompt_tokens, second.text) == want
+    assert _published(triton, "hotpath_generation_prefix_cache_lookups_total", hits + len(firsts) - 1,
+                      model="text_generation", result="hit") >= hits + len(firsts)
+    # Each follow-up reused at least its first turn's prompt and most of the reply (whole 16-token blocks).
+    least = sum(reference[p][1] + len(reference[p][0]) - 32 for p in firsts)
+    assert _published(triton, "hotpath_generation_prefix_cache_tokens_total", reused + least - 1,
+                      model="text_generation") >= reused + least
+
+
+def test_generation_metrics_are_published(triton, client):
+    assert _metric(triton, "hotpath_generation_kv_capacity_tokens", model="text_generation") == float(
+        load_spec(paths.model_specs_dir() / "text_generation.toml").config.parameters["kv_tokens"].string_value)
+    ttft = _metric(triton, "hotpath_generation_ttft_seconds_count", model="text_generation")
+    itl = _metric(triton, "hotpath_generation_itl_seconds_count", model="text_generation")
+    result = client.generate(PROMPTS[3], max_tokens=8)
+    assert _published(triton, "hotpath_generation_ttft_seconds_count", ttft, model="text_generation") == ttft + 1
+    assert _published(triton, "hotpath_generation_itl_seconds_count", itl + result.completion_tokens - 2,
+                      model="text_generation") == itl + result.completion_tokens - 1
+    assert _metric(triton, "hotpath_generation_ttft_seconds_bucket", model="text_generation", le="+Inf") >= ttft + 1
+    for name in ("kv_used_tokens", "running", "waiting", "preemptions_total"):
+        assert _metric(triton, f"hotpath_generation_{name}", model="text_generation") >= 0

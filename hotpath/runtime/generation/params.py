@@ -20,6 +20,7 @@ class Limits:
     max_stop_strings: int = 8
     max_stop_length: int = 64
     max_prompt_bytes: int = 64 * 1024
+    max_history_turns: int = 64   # earlier chat turns (user and assistant messages) per request
 
 
 @dataclass(frozen=True)
@@ -86,3 +87,21 @@ def request_params(limits: Limits, prompt: bytes | str, max_tokens=None, tempera
                    seed=None, stop=None) -> tuple[str, GenerationParams]:
     """All inputs of one request (None: not sent) -> (prompt text, parameters); raises InputError."""
     return decode_prompt(prompt, limits), parse_params(limits, max_tokens, temperature, top_p, seed, stop)
+
+
+def parse_history(limits: Limits, history: list[bytes | str] | None) -> tuple[str, ...]:
+    """HISTORY (earlier turns: user, assistant, ...) -> texts; odd counts, non-UTF-8 or oversized refused."""
+    turns = []
+    for i, raw in enumerate(history or []):
+        try:
+            turns.append(raw if isinstance(raw, str) else bytes(raw).decode("utf-8"))
+        except UnicodeDecodeError:
+            raise InputError(f"HISTORY[{i}] is not valid UTF-8") from None
+    if len(turns) % 2:
+        raise InputError(f"HISTORY must alternate user and assistant turns (an even count), got {len(turns)}")
+    if len(turns) > limits.max_history_turns:
+        raise InputError(f"at most {limits.max_history_turns} HISTORY turns, got {len(turns)}")
+    size = sum(len(t.encode("utf-8")) for t in turns)
+    if size > limits.max_prompt_bytes:
+        raise InputError(f"HISTORY is {size} bytes; the limit is {limits.max_prompt_bytes}")
+    return tuple(turns)
