@@ -17,6 +17,7 @@ import os
 import re
 import threading
 import time
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -60,19 +61,30 @@ class PgVectorStore:
         self._call(self._create_schema)
 
     @classmethod
-    def from_params(cls, params: dict) -> PgVectorStore:
+    def from_params(cls, params: dict, base_dir: Path | None = None) -> PgVectorStore:
         """From a spec's store parameters (strings, as Triton passes model parameters): `pg_dsn` (or env
-        HOTPATH_PG_DSN), `dim`, `pg_table`, and the HNSW `m`, `ef_construction`, `ef_search`."""
+        HOTPATH_PG_DSN), `pg_table`, the HNSW `m`, `ef_construction`, `ef_search`, and `dim` (else the
+        build's). With `base_dir` (the in-process store's build output: corpus + index), a table never
+        seeded gets that corpus once (hotpath.retrieval.pgvector_seed), so every replica starts complete."""
         dsn = _param(params, "pg_dsn") or os.environ.get(DSN_ENV)
         if not dsn:
             raise ValueError(f"store = 'pgvector' needs the parameter pg_dsn or the environment variable {DSN_ENV}")
         dim = _param(params, "dim", "dimension")
+        if dim is None and base_dir is not None:
+            from hotpath.retrieval.pgvector_seed import build_dim
+
+            dim = build_dim(base_dir)
         if dim is None:
-            raise ValueError("store = 'pgvector' needs the parameter dim")
-        return cls(dsn, int(dim), table=str(_param(params, "pg_table", default=DEFAULT_TABLE)),
-                   m=int(_param(params, "pg_m", "m", default=16)),
-                   ef_construction=int(_param(params, "pg_ef_construction", "ef_construction", default=64)),
-                   ef_search=int(_param(params, "pg_ef_search", "ef_search", default=64)))
+            raise ValueError("store = 'pgvector' needs the parameter dim (or the build output's manifest)")
+        store = cls(dsn, int(dim), table=str(_param(params, "pg_table", default=DEFAULT_TABLE)),
+                    m=int(_param(params, "pg_m", "m", default=16)),
+                    ef_construction=int(_param(params, "pg_ef_construction", "ef_construction", default=64)),
+                    ef_search=int(_param(params, "pg_ef_search", "ef_search", default=64)))
+        if base_dir is not None:
+            from hotpath.retrieval.pgvector_seed import seed
+
+            seed(store, base_dir)
+        return store
 
     # -- connection -------------------------------------------------------------------------------------
 
@@ -208,6 +220,41 @@ class PgVectorStore:
         return self._call(lambda conn: conn.execute(self._sql("DELETE FROM {table} WHERE id = ANY(%s)"),
                                                     (ids,)).rowcount) if ids else 0
 
+    def write(self, ops: Sequence[tuple[str, str, str, np.ndarray | None]]) -> list[bool]:
+        """Upserts and deletes in order, one transaction: `ops` are (op, id, document, vector); returns per
+        op whether the id existed before it (as the in-process store's `write`)."""
+        checked = []
+        for op, doc_id, document, vector in ops:
+            if op not in ("upsert", "delete") or not doc_id:
+                raise ValueError(f"bad write {op!r} for id {doc_id!r}")
+            (doc_id,), (document,) = self._texts("ids", [doc_id]), self._texts("documents", [document or ""])
+            checked.append((op, doc_id, document, self._vectors(np.reshape(vector, (1, -1)))[0]
+                            if op == "upsert" else None))
+        return self._call(self._write, checked) if checked else []
+
+    def _write(self, conn, ops: list) -> list[bool]:
+        existed = []
+        with conn.transaction():
+            for op, doc_id, document, vector in ops:
+                if op == "upsert":
+                    # xmax is 0 on a freshly inserted row, the updating transaction's id on a replaced one
+                    existed.append(conn.execute(self._sql(
+                        "INSERT INTO {table} (id, embedding, document) VALUES (%s, %s, %s) ON CONFLICT (id) DO UPDATE "
+                        "SET embedding = EXCLUDED.embedding, document = EXCLUDED.document RETURNING xmax <> 0"),
+                        (doc_id, vector, document)).fetchone()[0])
+                else:
+                    existed.append(conn.execute(self._sql("DELETE FROM {table} WHERE id = %s"), (doc_id,)).rowcount > 0)
+        return existed
+
+    def get(self, doc_id: str) -> str | None:
+        """The stored document of `doc_id`, or None."""
+        row = self._call(lambda conn: conn.execute(self._sql("SELECT document FROM {table} WHERE id = %s"),
+                                                   (str(doc_id),)).fetchone())
+        return row[0] if row else None
+
+    def stats(self) -> dict:
+        return {"documents": self.count(), "store": "pgvector", "table": self.table, "pid": os.getpid()}
+
     def count(self) -> int:
         return self._call(lambda conn: conn.execute(self._sql("SELECT count(*) FROM {table}")).fetchone()[0])
 
@@ -222,20 +269,51 @@ class PgVectorStore:
         return self._call(self._load, ids, vectors, documents)
 
     def _load(self, conn, ids: list[str], vectors: np.ndarray, documents: list[str]) -> dict[str, float]:
-        t0 = time.perf_counter()
         with conn.transaction():
-            conn.execute(self._sql("DROP INDEX IF EXISTS {index}"))
-            conn.execute(self._sql("TRUNCATE {table}"))
-            with conn.cursor().copy(self._sql("COPY {table} (id, embedding, document) FROM STDIN WITH (FORMAT BINARY)")
-                                    ) as copy:
-                copy.set_types(["text", "vector", "text"])
-                for row in zip(ids, vectors, documents):
-                    copy.write_row(row)
-            t1 = time.perf_counter()
-            self._create_index(conn)
-        t2 = time.perf_counter()
-        conn.execute(self._sql("ANALYZE {table}"))
-        return {"copy_s": t1 - t0, "index_s": t2 - t1}
+            timings = self._copy_and_index(conn, ids, vectors, documents)
+        self._vacuum(conn)
+        return timings
+
+    def _vacuum(self, conn) -> None:
+        # Statistics for the planner, and the visibility map, so count() is an index-only scan of the key.
+        conn.execute(self._sql("VACUUM (ANALYZE) {table}"))
+
+    def _copy_and_index(self, conn, ids, vectors, documents) -> dict[str, float]:
+        """Inside the caller's transaction: empty the table, COPY the rows in, build the index once."""
+        t0 = time.perf_counter()
+        conn.execute(self._sql("DROP INDEX IF EXISTS {index}"))
+        conn.execute(self._sql("TRUNCATE {table}"))
+        with conn.cursor().copy(self._sql("COPY {table} (id, embedding, document) FROM STDIN WITH (FORMAT BINARY)")
+                                ) as copy:
+            copy.set_types(["text", "vector", "text"])
+            for row in zip(ids, vectors, documents):
+                copy.write_row(row)
+        t1 = time.perf_counter()
+        self._create_index(conn)
+        return {"copy_s": t1 - t0, "index_s": time.perf_counter() - t1}
+
+    def seed_once(self, digest: str, rows) -> bool:
+        """Load `rows()` -> (ids, vectors, documents) unless this table was seeded before (by any replica:
+        an advisory lock serializes them; the seed is recorded in table hotpath_seeds). A table that already
+        holds documents is recorded as seeded and left as it is. Returns whether this call loaded."""
+        def run(conn) -> bool:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext('hotpath_seeds'), hashtext(%s))", (self.table,))
+                conn.execute("CREATE TABLE IF NOT EXISTS hotpath_seeds (table_name text PRIMARY KEY, corpus_sha256 "
+                             "text NOT NULL, documents bigint NOT NULL, seeded_at timestamptz NOT NULL DEFAULT now())")
+                if conn.execute("SELECT 1 FROM hotpath_seeds WHERE table_name = %s", (self.table,)).fetchone():
+                    return False
+                loaded = conn.execute(self._sql("SELECT NOT EXISTS (SELECT 1 FROM {table})")).fetchone()[0]
+                if loaded:
+                    ids, vectors, documents = rows()
+                    self._copy_and_index(conn, self._texts("ids", ids), self._vectors(vectors),
+                                         self._texts("documents", documents))
+                conn.execute(self._sql("INSERT INTO hotpath_seeds (table_name, corpus_sha256, documents) "
+                                       "SELECT %s, %s, count(*) FROM {table}"), (self.table, digest))
+            if loaded:
+                self._vacuum(conn)
+            return loaded
+        return self._call(run)
 
     def sizes(self) -> dict[str, int]:
         """Bytes on disk: the table (with its TOAST and primary key) and the HNSW index."""

@@ -201,3 +201,18 @@ def test_an_unreachable_server_is_unavailable_not_bad_input():
 
     with pytest.raises(StoreUnavailableError, match="cannot connect"):
         PgVectorStore(f"postgresql://postgres@127.0.0.1:{free_ports(1)[0]}/postgres", DIM, connect_timeout_s=2)
+
+
+def test_write_applies_ops_in_order_and_reports_what_existed(pg, table):
+    ids, vectors, docs = corpus(4, seed=11)
+    s = store(pg, table)
+    s.upsert(ids[:1], vectors[:1], docs[:1])
+    existed = s.write([("upsert", ids[0], "new text", vectors[1]), ("upsert", ids[2], docs[2], vectors[2]),
+                       ("delete", ids[2], "", None), ("delete", ids[3], "", None), ("upsert", ids[3], "x", vectors[3])])
+    assert existed == [True, False, True, False, False]
+    assert (s.get(ids[0]), s.get(ids[2]), s.get(ids[3]), s.count()) == ("new text", None, "x", 2)
+    assert s.search(vectors[1:2], 1).ids == [[ids[0]]]
+    with pytest.raises(ValueError):
+        s.write([("upsert", "y", "doc", vectors[0]), ("rename", "y", "", None)])
+    assert s.get("y") is None
+
