@@ -75,6 +75,25 @@ def cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_search(args: argparse.Namespace) -> int:
+    from hotpath.client import RetrievalClient
+
+    with RetrievalClient(args.url, model=args.model) as client:
+        if args.delete:
+            for doc_id, existed in zip(args.texts, client.delete(args.texts)):
+                print(f"deleted {doc_id}" if existed else f"{doc_id}: no such document")
+            return 0
+        if args.upsert:
+            existed = client.upsert([args.upsert], [" ".join(args.texts)])[0]
+            print(f"{'replaced' if existed else 'added'} {args.upsert}")
+            return 0
+        for text, hits in zip(args.texts, client.search(args.texts, args.k)):
+            print(text)
+            for hit in hits:
+                print(f"  {hit.score:6.3f}  {hit.id}  {hit.document[:100]}")
+    return 0
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     from hotpath.client import Generation, GenerationClient
 
@@ -241,6 +260,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="text_embedding")
     p.add_argument("--similarity", action="store_true", help="print the cosine similarity matrix")
     p.set_defaults(func=cmd_embed)
+
+    p = sub.add_parser("search", help="top-k documents for texts from the retrieval endpoint (gRPC); "
+                                      "--upsert ID / --delete write to its store")
+    p.add_argument("texts", nargs="+", help="queries (with --upsert: the document; with --delete: ids)")
+    p.add_argument("-k", type=int, default=None, help="results per query (default: the endpoint's default_k)")
+    p.add_argument("--upsert", metavar="ID", default=None, help="store the text as document ID (add or replace)")
+    p.add_argument("--delete", action="store_true", help="delete the documents whose ids are given")
+    p.add_argument("--url", default=os.environ.get("HOTPATH_GRPC_URL", "localhost:8001"))
+    p.add_argument("--model", default="retrieval")
+    p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("classify", help="top-5 ImageNet labels for image files (JPEG, PNG, WebP) over gRPC")
     p.add_argument("files", nargs="+")

@@ -259,6 +259,72 @@ class ClassificationClient(EndpointClient):
         return out
 
 
+@dataclass(frozen=True)
+class Hit:
+    """One document found by the retrieval endpoint."""
+
+    id: str
+    score: float
+    document: str
+
+
+def _text(value) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+class RetrievalClient(EndpointClient):
+    """Text -> top-k documents, and writes: `RetrievalClient(url).search(["query"], k=5)`,
+    `.upsert(["id"], ["document"])`, `.delete(["id"])`. A write has returned once it is durable."""
+
+    model = "retrieval"
+    input_name = "TEXT"
+    output_names = ("IDS", "SCORES", "DOCUMENTS")
+
+    def _chunks(self, n: int) -> Iterator[slice]:
+        if not n:
+            raise ValueError(f"{self.model}: needs at least one input")
+        for i in range(0, n, self.max_batch_size):
+            yield slice(i, min(n, i + self.max_batch_size))
+
+    def _call(self, inputs: list[grpcclient.InferInput]) -> dict[str, np.ndarray]:
+        result = self.infer_raw(inputs)
+        outputs = {n: result.as_numpy(n) for n in self.output_names}
+        if any(a is None for a in outputs.values()):
+            raise ServerFaultError(f"{self._where}: a success without outputs")
+        return outputs
+
+    def search(self, texts: Sequence[str | bytes], k: int | None = None) -> list[list[Hit]]:
+        """Per text, its hits best first (k of them, the endpoint's default_k when None)."""
+        out = []
+        for part in self._chunks(len(texts)):
+            inputs = [text_input("TEXT", texts[part])]
+            if k is not None:
+                inputs.append(_tensor("TOP_K", np.full((len(texts[part]), 1), k, dtype=np.int32), "INT32"))
+            r = self._call(inputs)
+            out.extend([Hit(_text(i), float(s), _text(d)) for i, s, d in zip(ids, scores, docs)]
+                       for ids, scores, docs in zip(r["IDS"], r["SCORES"], r["DOCUMENTS"]))
+        return out
+
+    def _write(self, op: str, ids: Sequence[str], documents: Sequence[str | bytes]) -> list[bool]:
+        existed = []
+        for part in self._chunks(len(ids)):
+            n = len(ids[part])
+            r = self._call([text_input("TEXT", documents[part]), text_input("OP", [op] * n),
+                            text_input("ID", ids[part])])
+            existed.extend(bool(s[0] > 0) for s in r["SCORES"])
+        return existed
+
+    def upsert(self, ids: Sequence[str], documents: Sequence[str | bytes]) -> list[bool]:
+        """Add or replace documents; per id, whether it existed before. Durable and searchable on return."""
+        if len(ids) != len(documents):
+            raise ValueError("upsert: one document per id")
+        return self._write("upsert", ids, documents)
+
+    def delete(self, ids: Sequence[str]) -> list[bool]:
+        """Remove documents; per id, whether it existed. Durable on return."""
+        return self._write("delete", ids, [b""] * len(ids))
+
+
 @dataclass
 class TokenDelta:
     """One streamed token: the text it completes (may be empty mid-character) and when it arrived."""

@@ -71,7 +71,7 @@ def _check_warmup(spec: ModelSpec) -> None:
             raise spec.error(f"{where}.name", "is empty")
         if cfg.max_batch_size and not 1 <= warm.batch_size <= cfg.max_batch_size:
             raise spec.error(f"{where}.batch_size", f"must be within 1..{cfg.max_batch_size}")
-        missing = set(inputs) - set(warm.inputs)
+        missing = {n for n, t in inputs.items() if not t.optional} - set(warm.inputs)   # optional: may be left out
         if missing:
             raise spec.error(f"{where}.inputs", f"no sample for input(s) {', '.join(sorted(missing))}")
         for name, sample in warm.inputs.items():

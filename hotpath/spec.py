@@ -35,8 +35,9 @@ HOTPATH_KEYS = {
     # A Python model may also own exported files (written to <version>/export/ by its exporter).
     # warmup_files: {file name: asset ref}, written to <model>/warmup/ for model_warmup input_data_file.
     # weights: the exported graph's linear layers, "fp32" or "q4" (hotpath.exporters.smollm2).
+    # index: the retrieval model's corpus and ANN index (hotpath.exporters.retrieval_index).
     "python": {"kind", "python_backend", "assets", "exporter", "parity_atol", "parity_min_cosine", "opset",
-               "warmup_files", "weights", "precision", "int8_min_cosine", "int8_min_mean_cosine"},
+               "warmup_files", "weights", "precision", "int8_min_cosine", "int8_min_mean_cosine", "index"},
     "ensemble": {"kind"},
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from hotpath.exporters.base import Exporter, ExportReport
 from hotpath.exporters.image_classifier import ImageClassifierExporter
+from hotpath.exporters.retrieval_index import RetrievalIndexExporter
 from hotpath.exporters.sentence_embedder import SentenceEmbedderExporter
 from hotpath.exporters.sentence_encoder import SentenceEncoderExporter
 from hotpath.exporters.smollm2 import SmolLM2Exporter
@@ -17,6 +18,7 @@ EXPORTERS: dict[str, type[Exporter]] = {
     SentenceEmbedderExporter.name: SentenceEmbedderExporter,
     ImageClassifierExporter.name: ImageClassifierExporter,
     SmolLM2Exporter.name: SmolLM2Exporter,
+    RetrievalIndexExporter.name: RetrievalIndexExporter,
 }
 
 

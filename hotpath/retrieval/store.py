@@ -40,3 +40,21 @@ class VectorStore(Protocol):
 
     def close(self) -> None:
         """Release files, connections and threads."""
+
+
+
+def write_all(store: VectorStore, ops: Sequence[tuple[str, str, str, np.ndarray | None]]) -> list[bool]:
+    """Apply (op, id, document, vector) writes in order, op "upsert" or "delete"; returns per op whether
+    its id existed before. A store may implement `write(ops)` itself (the in-process one: one lock and
+    one fsync for them all); otherwise each op is one upsert or delete call, and an upsert reports
+    False (the protocol cannot tell a replacement from an insert)."""
+    if hasattr(store, "write"):
+        return store.write(ops)
+    existed = []
+    for op, doc_id, document, vector in ops:
+        if op == "upsert":
+            store.upsert([doc_id], np.asarray(vector, dtype=np.float32)[None, :], [document])
+            existed.append(False)
+        else:
+            existed.append(store.delete([doc_id]) > 0)
+    return existed

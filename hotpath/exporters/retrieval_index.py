@@ -1,0 +1,141 @@
+"""The `retrieval` model's build output: text_embedding's exact encoder graph, the corpus snapshot and
+its HNSW index, gated on recall@10 against exact search.
+
+- Encoder: `export_pooled_encoder` with sentence_embedder's opset and weights writes a byte-identical
+  graph (checked against sentence_embedder's when that is built), served with the same tokenizer file
+  and settings, so a query's vector is text_embedding's vector.
+- Corpus: Debian's package descriptions (hotpath.retrieval.corpus), `limit` of them at an even spread;
+  the apt list files it is read from are source files, so `apt-get update` rebuilds the index.
+- Documents are embedded length-sorted in batches on the split runner (one single-thread ORT session
+  per core, as the served model does under load).
+- recall@10 of the HNSW index vs brute-force inner product on `recall_queries` held-out packages (not
+  indexed ones when the corpus is a subset, else held out of the index); below `min_recall_at_10` the
+  build fails.
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from pathlib import Path
+
+import numpy as np
+
+from hotpath.errors import BuildError
+from hotpath.exporters.base import Exporter, ExportReport, Log
+from hotpath.spec import ModelSpec
+
+BATCH = 64
+GRAPH_OF_TEXT_EMBEDDING = "sentence_embedder/1/export/model.onnx"
+
+
+def index_settings(spec: ModelSpec) -> dict:
+    settings = dict(spec.hotpath.get("index", {}))
+    for key in ("corpus", "max_chars", "limit", "recall_queries", "M", "ef_construction", "ef_search",
+                "min_recall_at_10", "metric"):
+        if key not in settings:
+            raise spec.error(f"hotpath.index.{key}", "is required")
+    if settings["corpus"] != "debian_packages":
+        raise spec.error("hotpath.index.corpus", f"only 'debian_packages' is known, got {settings['corpus']!r}")
+    if settings["metric"] != "inner_product":
+        raise spec.error("hotpath.index.metric", "the embeddings are L2-normalized: 'inner_product' (cosine)")
+    return settings
+
+
+def embed_texts(runner, tokenizer, texts: list[str], batch: int = BATCH) -> np.ndarray:
+    """Embeddings of `texts` (in their order), computed length-sorted so each batch pads little."""
+    from hotpath.runtime.text import encode
+
+    order = np.argsort([len(t) for t in texts], kind="stable")
+    out = np.empty((len(texts), 0), dtype=np.float32)
+    for i in range(0, len(order), batch):
+        rows = order[i:i + batch]
+        feeds = encode(tokenizer, [texts[r] for r in rows])
+        vectors = runner.run({n: feeds[n] for n in ("input_ids", "attention_mask", "token_type_ids")})
+        if out.shape[1] == 0:
+            out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
+        out[rows] = vectors
+    return out
+
+
+def split_corpus(docs: list, limit: int, queries: int) -> tuple[list, list]:
+    """(indexed, held-out queries): an even spread of `limit` (0: all) and `queries` of the others."""
+    if limit and limit + queries <= len(docs):
+        step = len(docs) / limit
+        chosen = {int(i * step) for i in range(limit)}
+        rest = [d for i, d in enumerate(docs) if i not in chosen]
+        held = rest[:: max(1, len(rest) // queries)][:queries]
+        return [docs[i] for i in sorted(chosen)], held
+    every = max(2, len(docs) // queries)
+    held = docs[every // 2::every][:queries]
+    held_ids = {d.id for d in held}
+    return [d for d in docs if d.id not in held_ids], held
+
+
+class RetrievalIndexExporter(Exporter):
+    name = "retrieval_index"
+
+    def source_files(self, spec: ModelSpec) -> list[Path]:
+        from hotpath.exporters.sentence_encoder import minilm_dir
+        from hotpath.retrieval.corpus import apt_lists
+
+        d = minilm_dir()
+        return [d / "model.safetensors", d / "config.json", d / "tokenizer.json", *map(Path, apt_lists())]
+
+    def code_files(self) -> list[Path]:
+        import hotpath.exporters.sentence_encoder as enc
+        import hotpath.retrieval.build as build
+        import hotpath.retrieval.corpus as corpus
+        import hotpath.retrieval.hnsw as hnsw
+        import hotpath.retrieval.hnsw_store as store
+        import hotpath.runtime.text as text
+
+        return [*super().code_files(), *(Path(m.__file__) for m in (enc, build, corpus, hnsw, store, text))]
+
+    def versions(self) -> dict[str, str]:
+        from importlib.metadata import version
+
+        return {p: version(p) for p in ("torch", "onnx", "transformers", "onnxruntime", "tokenizers", "faiss-cpu")}
+
+    def export(self, spec: ModelSpec, version_dir: Path, log: Log) -> ExportReport:
+        from hotpath import paths
+        from hotpath.exporters.sentence_encoder import export_pooled_encoder, minilm_dir
+        from hotpath.fingerprint import file_digest
+        from hotpath.retrieval.build import measure_recall, write_base
+        from hotpath.retrieval.corpus import debian_packages
+        from hotpath.runtime.split_run import SplitRunner
+        from hotpath.runtime.text import load_tokenizer
+
+        s = index_settings(spec)
+        params = {k: v.string_value for k, v in spec.config.parameters.items()}
+        graph = version_dir / "model.onnx"
+        export_pooled_encoder(graph, int(spec.hotpath.get("opset", 17)), "embedding", log)
+        served = paths.model_repository() / GRAPH_OF_TEXT_EMBEDDING
+        if served.is_file() and file_digest(served) != file_digest(graph):
+            raise BuildError(f"{spec.name}: the encoder graph differs from text_embedding's ({served}): "
+                             "queries would not get text_embedding's vectors")
+        t0 = time.perf_counter()
+        docs, held = split_corpus(debian_packages(int(s["max_chars"])), int(s["limit"]), int(s["recall_queries"]))
+        log(f"corpus: {len(docs)} Debian package descriptions (+{len(held)} held-out queries) "
+            f"in {time.perf_counter() - t0:.1f}s")
+        tokenizer = load_tokenizer(minilm_dir() / "tokenizer.json", max_length=int(params["max_length"]))
+        runner = SplitRunner(graph, threads=int(params.get("intra_op_thread_count", 2)))
+        t0 = time.perf_counter()
+        vectors = embed_texts(runner, tokenizer, [d.text for d in docs])
+        queries = embed_texts(runner, tokenizer, [d.text for d in held])
+        embed_s = time.perf_counter() - t0
+        log(f"embedded {len(docs) + len(held)} texts in {embed_s:.1f}s ({(len(docs) + len(held)) / embed_s:.0f}/s)")
+        index, manifest = write_base(version_dir, docs, vectors, int(s["M"]), int(s["ef_construction"]),
+                                     int(s["ef_search"]))
+        recall = measure_recall(index, vectors, queries, 10)
+        floor = float(s["min_recall_at_10"])
+        index_mb = (version_dir / "index.faiss").stat().st_size / 2**20
+        log(f"HNSW M={s['M']} ef_construction={s['ef_construction']}: built in {manifest['index_build_s']}s, "
+            f"{index_mb:.1f} MB; recall@10 at ef_search={s['ef_search']} vs exact search on {len(held)} "
+            f"held-out queries: {recall:.4f} (floor {floor})")
+        if not recall >= floor:
+            raise BuildError(f"{spec.name}: recall@10 {recall:.4f} < the spec's floor {floor}")
+        metrics = {**manifest, "recall_at_10": round(recall, 4), "held_out_queries": len(held),
+                   "embed_s": round(embed_s, 1), "index_mb": round(index_mb, 1),
+                   "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)}
+        return ExportReport(files=["model.onnx", "index.faiss", "corpus.jsonl", "manifest.json"], metrics=metrics)

@@ -1,0 +1,35 @@
+"""Open the store the `retrieval` endpoint searches, chosen by configuration only (`store` parameter)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hotpath.retrieval.store import VectorStore
+
+STORES = ("hnsw", "pgvector")
+
+
+def data_dir_of(params: dict[str, str], model: str, default_root: Path) -> Path:
+    """Where the in-process store's WAL lives: the `data_dir` parameter, else HOTPATH_RETRIEVAL_DATA_DIR,
+    else `<default_root>/retrieval/<model>` (model repositories are often read-only in production)."""
+    explicit = params.get("data_dir") or os.environ.get("HOTPATH_RETRIEVAL_DATA_DIR")
+    return Path(explicit) / model if explicit else Path(default_root) / "retrieval" / model
+
+
+def open_store(params: dict[str, str], data_dir: Path, base_dir: Path | None = None) -> VectorStore:
+    """`store = "hnsw"` (default): the built index in `base_dir` plus the WAL in `data_dir`;
+    `store = "pgvector"`: a Postgres + pgvector server shared by every replica (its parameters in `params`)."""
+    kind = params.get("store", "hnsw")
+    if kind == "hnsw":
+        from hotpath.retrieval.hnsw_store import HnswStore
+
+        if base_dir is None:
+            raise ValueError("the hnsw store needs the build output's directory (base_dir)")
+        return HnswStore(base_dir, data_dir, ef_search=int(params.get("ef_search", 64)),
+                         compact_bytes=int(params.get("compact_bytes", 64 << 20)))
+    if kind == "pgvector":
+        from hotpath.retrieval.pgvector_store import PgVectorStore
+
+        return PgVectorStore.from_params(params)
+    raise ValueError(f"store must be one of {', '.join(STORES)}, got {kind!r}")

@@ -1,0 +1,108 @@
+"""The `retrieval` endpoint's requests, checked one by one (testable without Triton).
+
+A request is a search (no OP, or OP "search"): TEXT queries, TOP_K results each; or a write (OP
+"upsert" or "delete", with ID): TEXT is the document to store (ignored by a delete). All items of one
+request share the op and k, since their outputs form one [batch, k] tensor. Anything else is the
+client's error, reported for that request alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from hotpath.runtime.text import TextInputError, decode_utf8
+
+OPS = ("search", "upsert", "delete")
+
+
+@dataclass
+class Limits:
+    default_k: int
+    max_k: int
+    max_bytes: int | None = None
+    max_chars: int | None = None
+    max_id_bytes: int = 512
+
+    @classmethod
+    def from_params(cls, params: dict[str, str]) -> "Limits":
+        def opt(key):
+            return int(params[key]) if key in params else None
+        return cls(int(params.get("default_k", 10)), int(params.get("max_k", 100)), opt("max_text_bytes"),
+                   opt("max_text_chars"), int(params.get("max_id_bytes", 512)))
+
+
+@dataclass
+class Request:
+    op: str = "search"
+    texts: list[str] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
+    k: int = 0
+    error: str | None = None
+
+
+def _column(values: np.ndarray | None, name: str, rows: int) -> np.ndarray | None:
+    if values is None:
+        return None
+    if values.ndim != 2 or values.shape != (rows, 1):
+        raise TextInputError(f"{name} must have shape [{rows}, 1] like TEXT, got {list(values.shape)}")
+    return values.reshape(-1)
+
+
+def _one(values: np.ndarray, name: str) -> object:
+    if len(set(values.tolist())) != 1:
+        raise TextInputError(f"every item of one request must have the same {name}")
+    return values[0]
+
+
+def _decode(values: np.ndarray, name: str, max_bytes: int | None = 512) -> list[str]:
+    try:
+        return decode_utf8(values, max_bytes)
+    except TextInputError as exc:   # its message names TEXT
+        raise TextInputError(str(exc).replace("TEXT[", f"{name}[")) from None
+
+
+def _parse(text, top_k, op, ident, limits: Limits) -> Request:
+    if text.ndim != 2 or text.shape[1] != 1:
+        raise TextInputError(f"TEXT must have shape [batch, 1], got {list(text.shape)}")
+    rows = text.shape[0]
+    texts = decode_utf8(text, limits.max_bytes, limits.max_chars)
+    ops = _column(op, "OP", rows)
+    name = "search" if ops is None or not rows else _one(np.array(_decode(ops, "OP"), dtype=object), "OP")
+    if name not in OPS:
+        raise TextInputError(f"OP must be one of {', '.join(OPS)}, got {name[:40]!r}")
+    if name == "search":
+        ks = _column(top_k, "TOP_K", rows)
+        k = limits.default_k if ks is None or not rows else int(_one(ks, "TOP_K"))
+        if not 1 <= k <= limits.max_k:
+            raise TextInputError(f"TOP_K must be within 1..{limits.max_k}, got {k}")
+        for i, t in enumerate(texts):
+            if not t.strip():
+                raise TextInputError(f"TEXT[{i}] is empty")
+        return Request("search", texts, k=k)
+    ids = _column(ident, "ID", rows)
+    if ids is None:
+        raise TextInputError(f"OP {name} needs an ID per item")
+    id_texts = _decode(ids, "ID", limits.max_id_bytes)
+    for i, doc_id in enumerate(id_texts):
+        if not doc_id:
+            raise TextInputError(f"ID[{i}] is empty")
+    if len(set(id_texts)) != len(id_texts):
+        raise TextInputError("the IDs of one write request must differ")
+    if name == "upsert":
+        for i, t in enumerate(texts):
+            if not t.strip():
+                raise TextInputError(f"TEXT[{i}] (the document) is empty")
+    return Request(name, texts if name == "upsert" else [], id_texts, k=1)
+
+
+def parse_request(text: np.ndarray, top_k: np.ndarray | None, op: np.ndarray | None, ident: np.ndarray | None,
+                  limits: Limits) -> Request:
+    """One request's inputs -> a Request; an invalid one carries its error message instead."""
+    try:
+        return _parse(text, top_k, op, ident, limits)
+    except TextInputError as exc:
+        return Request(error=str(exc))
+    except (TypeError, ValueError, OverflowError) as exc:
+        return Request(error=f"bad input: {exc}")
