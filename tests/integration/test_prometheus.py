@@ -11,13 +11,15 @@ import pytest
 import yaml
 
 from hotpath import paths
-from hotpath.client import ClassificationClient, ClientError, EmbeddingClient
+from hotpath.client import ClassificationClient, ClientError, EmbeddingClient, GenerationClient
 from hotpath.engines import build_repository
 from hotpath.monitoring.dashboard import GPU_METRICS, expressions
 from hotpath.monitoring.endpoints import load_endpoints
+from hotpath.monitoring.generation import generation_dashboard
 from hotpath.monitoring.local import LocalPrometheus
 from hotpath.monitoring.rules import all_alerts, recording_rules
 from hotpath.perf.payloads import jpeg_photo
+from hotpath.perf.streaming import load_streaming_slos
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 from hotpath.server.subset import linked
@@ -172,3 +174,54 @@ def test_numbers_agree_with_the_load(scraped):
     assert float(failures[0]["value"][1]) == 2 * counts["bad_image"]
     hit = _has_data(prometheus, 'hotpath:cache_hit_ratio:rate5m{model="text_embedding"}')
     assert 0.1 < hit[0] < 0.6, hit   # a third of the texts repeat one text
+
+
+@pytest.fixture(scope="module")
+def generation_scraped(triton):
+    """Prometheus scraping the session's tritonserver (which serves text_generation) during two short
+    chats of two turns each, so the second turns hit the prefix cache."""
+    prometheus = LocalPrometheus([f"127.0.0.1:{triton.ports.metrics}"], [], free_ports(1)[0])
+    prometheus.start()
+    for _ in range(100):   # rates need a scrape from before the chats
+        if prometheus.query('up{job="hotpath"}'):
+            break
+        time.sleep(0.1)
+
+    def chat(topic):
+        with GenerationClient(triton.grpc_url, timeout_s=120) as client:
+            first = client.generate(f"Name one fact about {topic}.", max_tokens=12)
+            time.sleep(2)   # a few scrapes between the turns: rates over the window see both
+            client.generate("Another one?", max_tokens=12, history=[f"Name one fact about {topic}.", first.text])
+
+    try:
+        threads = [threading.Thread(target=chat, args=(t,)) for t in ("rivers", "owls")]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        time.sleep(3)   # the model publishes every second; then a few more scrapes
+        yield prometheus
+    finally:
+        prometheus.stop()
+
+
+def test_generation_dashboard_expressions_return_data(generation_scraped):
+    for name, slo in load_streaming_slos(PROFILE).items():
+        board = json.loads((paths.ROOT / "monitoring" / "dashboards" / f"{name}.json").read_text())
+        assert board == generation_dashboard(name, slo.ttft_p95_ms, slo.itl_p95_ms)
+        for expr in expressions(board):
+            _has_data(generation_scraped, _concrete(expr))
+
+
+def test_generation_metrics_agree_with_the_chats(generation_scraped):
+    model = 'model="text_generation"'
+    hits = _has_data(generation_scraped, f'sum(hotpath_generation_prefix_cache_lookups_total{{{model},result="hit"}})')
+    assert hits[0] >= 2   # both second turns (and any earlier test's) reused cached KV entries
+    ttft = _has_data(generation_scraped, f"sum(hotpath_generation_ttft_seconds_count{{{model}}})")
+    assert ttft[0] >= 4
+    occupancy = _has_data(generation_scraped, f"sum(hotpath_generation_kv_used_tokens{{{model}}}) / "
+                                              f"sum(hotpath_generation_kv_capacity_tokens{{{model}}})")
+    assert 0 <= occupancy[0] <= 1
+    p95 = _has_data(generation_scraped, _concrete(
+        generation_dashboard("text_generation", 1.0, 1.0)["panels"][1]["targets"][1]["expr"]))
+    assert 0 < p95[0] < 10_000   # ITL p95 in ms from the histogram
