@@ -11,10 +11,13 @@ STORES = ("hnsw", "pgvector")
 
 
 def data_dir_of(params: dict[str, str], model: str, default_root: Path) -> Path:
-    """Where the in-process store's WAL lives: the `data_dir` parameter, else HOTPATH_RETRIEVAL_DATA_DIR,
-    else `<default_root>/retrieval/<model>` (model repositories are often read-only in production)."""
-    explicit = params.get("data_dir") or os.environ.get("HOTPATH_RETRIEVAL_DATA_DIR")
-    return Path(explicit) / model if explicit else Path(default_root) / "retrieval" / model
+    """Where the in-process store's WAL lives: `$HOTPATH_RETRIEVAL_DATA_DIR/<model>` (the deployment's
+    volume), else the `data_dir` parameter, else `<default_root>/retrieval/<model>` (model repositories
+    are often read-only in production, and hotpath serve runs a staged copy of one)."""
+    env = os.environ.get("HOTPATH_RETRIEVAL_DATA_DIR")
+    if env:
+        return Path(env) / model
+    return Path(params["data_dir"]) if params.get("data_dir") else Path(default_root) / "retrieval" / model
 
 
 def open_store(params: dict[str, str], data_dir: Path, base_dir: Path | None = None) -> VectorStore:

@@ -26,8 +26,7 @@ MODELS = ("retrieval", "text_embedding", "sentence_embedder")
 # A query about what a well-known package does -> that package, among the built corpus' top 10.
 KNOWN = {"compress files with GNU gzip": "gzip",
          "download files from the web on the command line": "wget",
-         "ssh client to log in to remote machines": "openssh-client",
-         "terminal multiplexer": "tmux"}
+         "split one terminal into several sessions": "tmux"}
 
 
 def _start(data_dir, repo):
