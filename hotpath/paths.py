@@ -1,37 +1,38 @@
-"""Where things live. Every location can be overridden by an environment variable."""
+"""Where things live. Every location can be overridden by an environment variable (hotpath.settings)."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-ROOT = Path(os.environ.get("HOTPATH_ROOT", Path(__file__).resolve().parent.parent))
+from hotpath import settings
+
+ROOT = settings.root()
 
 
-def _dir(env: str, default: Path) -> Path:
-    return Path(os.environ.get(env, default)).resolve()
+def _dir(setting: settings.Setting, default: Path) -> Path:
+    return Path(setting() or default).resolve()
 
 
 def model_specs_dir() -> Path:
     """Folder of per-model specs (`build/*.toml`)."""
-    return _dir("HOTPATH_BUILD_DIR", ROOT / "build")
+    return _dir(settings.build_dir, ROOT / "build")
 
 
 def ensemble_specs_dir() -> Path:
     """Folder of per-pipeline specs (`ensembles/*.toml`)."""
-    return _dir("HOTPATH_ENSEMBLES_DIR", ROOT / "ensembles")
+    return _dir(settings.ensembles_dir, ROOT / "ensembles")
 
 
 def python_backends_dir() -> Path:
     """Folder holding one directory per Python-backend model (each with a model.py)."""
-    return _dir("HOTPATH_PYTHON_BACKENDS_DIR", ROOT / "python_backends")
+    return _dir(settings.python_backends_dir, ROOT / "python_backends")
 
 
 def model_repository() -> Path:
     """The production-shaped Triton model repository that `hotpath engines` writes."""
-    return _dir("HOTPATH_MODEL_REPOSITORY", ROOT / "model_repository")
+    return _dir(settings.model_repository, ROOT / "model_repository")
 
 
 def work_dir() -> Path:
     """Scratch space for staged repositories, backend directories and logs (ignored by git)."""
-    return _dir("HOTPATH_WORK_DIR", ROOT / ".hotpath")
+    return _dir(settings.work_dir, ROOT / ".hotpath")

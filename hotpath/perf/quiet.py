@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hotpath import settings
 from hotpath.errors import HotpathError
 
 WINDOW_S = 1.5
@@ -118,8 +119,8 @@ def busiest(before: Sample, after: Sample, exclude: set[int]) -> list[ProcessCpu
 
 def default_limit() -> float:
     """Cores other processes may use: a tenth of the machine, at least 0.2 of a core."""
-    env = os.environ.get("HOTPATH_QUIET_MAX_CORES")
-    return float(env) if env else max(0.2, 0.1 * (os.cpu_count() or 1))
+    limit = settings.quiet_max_cores()
+    return limit if limit is not None else max(0.2, 0.1 * (os.cpu_count() or 1))
 
 
 def _reader():
@@ -159,7 +160,7 @@ def _command_line(pid: int, width: int = 60) -> str:
 
 
 def allow_busy_default() -> bool:
-    return os.environ.get("HOTPATH_ALLOW_BUSY", "").lower() in ("1", "true", "yes")
+    return settings.allow_busy()
 
 
 def require_quiet(allow_busy: bool = False, log=print) -> QuietReport:

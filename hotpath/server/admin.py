@@ -16,13 +16,13 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from hotpath import paths
+from hotpath import paths, settings
 from hotpath.errors import HotpathError
 
 HEADER = "admin-key"
 GRPC_HEADER = f"triton-grpc-protocol-{HEADER}"
-ENV = "HOTPATH_ADMIN_KEY"
-FILE_ENV = "HOTPATH_ADMIN_KEY_FILE"
+ENV = settings.admin_key.name
+FILE_ENV = settings.admin_key_file.name
 RESTRICTED = ("model-repository", "shared-memory", "logging", "trace", "statistics")
 # tritonserver splits its restricted-API flag at ',', ':' and '='; a header value holds no spaces.
 # docker/entrypoint.sh checks the same (a unit test compares them).
@@ -33,11 +33,11 @@ def admin_key() -> str:
     """The key: $HOTPATH_ADMIN_KEY, else the file $HOTPATH_ADMIN_KEY_FILE (it must exist), else
     .hotpath/admin-key, created with a random key (mode 0600) on first use so that a local server is
     never left open."""
-    if os.environ.get(ENV, "").strip():
-        return _checked(os.environ[ENV].strip(), f"${ENV}")
-    if os.environ.get(FILE_ENV):
+    if key := settings.admin_key():
+        return _checked(key, f"${ENV}")
+    if named := settings.admin_key_file():
         # Named on purpose (a mounted secret): a key made up here would lock out whoever holds the real one.
-        path = Path(os.environ[FILE_ENV])
+        path = Path(named)
         if not path.is_file():
             raise HotpathError(f"${FILE_ENV}={path}: no such file; put the admin key there, or unset "
                                f"${FILE_ENV} to use a generated one")

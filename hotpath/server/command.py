@@ -22,20 +22,21 @@ import os
 import sys
 from dataclasses import dataclass, field
 
+from hotpath import settings
 from hotpath.server.admin import restricted_api_flags
 from hotpath.server.tracing import OtlpTracing
 
-DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
-DEFAULT_EXIT_TIMEOUT_S = 30
+DEFAULT_CACHE_BYTES = settings.cache_bytes.default
+DEFAULT_EXIT_TIMEOUT_S = settings.exit_timeout_s.default
 
 
 def cache_bytes_from_env() -> int:
     """HOTPATH_CACHE_BYTES (0: no response cache), the same variable on every server."""
-    return int(os.environ.get("HOTPATH_CACHE_BYTES", DEFAULT_CACHE_BYTES))
+    return settings.cache_bytes()
 
 
 def exit_timeout_from_env() -> int:
-    return int(os.environ.get("HOTPATH_EXIT_TIMEOUT_SECS", DEFAULT_EXIT_TIMEOUT_S))
+    return settings.exit_timeout_s()
 
 
 @dataclass
@@ -94,18 +95,17 @@ class TritonCommand:
 def container(extra: list[str], binary: str = "tritonserver", env: dict[str, str] | None = None) -> TritonCommand:
     """The production container's command: ports, key, cache, drain and tracing from its environment."""
     env = dict(os.environ if env is None else env)
-    key = env.get("HOTPATH_ADMIN_KEY", "").strip()
+    key = settings.admin_key(env)
     if not key:
         raise SystemExit("hotpath.server.command: HOTPATH_ADMIN_KEY is not set (docker/entrypoint.sh sets it)")
     tracing = None
-    if env.get("HOTPATH_TRACE_OTLP_URL"):
-        tracing = OtlpTracing(env["HOTPATH_TRACE_OTLP_URL"], int(env.get("HOTPATH_TRACE_RATE", 1000)),
-                              env.get("HOTPATH_TRACE_SERVICE", "hotpath"))
+    if url := settings.trace_otlp_url(env):
+        tracing = OtlpTracing(url, settings.trace_rate(env), settings.trace_service(env))
     return TritonCommand(
         binary=binary, http_port=int(env.get("HTTP_PORT", 8000)), grpc_port=int(env.get("GRPC_PORT", 8001)),
         metrics_port=int(env.get("METRICS_PORT", 8002)), admin_key=key, model_control="explicit",
-        exit_timeout_s=int(env.get("HOTPATH_EXIT_TIMEOUT_SECS", DEFAULT_EXIT_TIMEOUT_S)),
-        cache_bytes=int(env.get("HOTPATH_CACHE_BYTES", DEFAULT_CACHE_BYTES)), tracing=tracing, extra=extra)
+        exit_timeout_s=settings.exit_timeout_s(env), cache_bytes=settings.cache_bytes(env), tracing=tracing,
+        extra=extra)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import tritonclient.grpc as grpcclient
 
+from hotpath import settings
 from hotpath.server.admin import ENV as ADMIN_KEY_ENV
 from hotpath.server.watchdog import Watchdog
 
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         print("usage: python3 -m hotpath.server.supervise -- tritonserver ARGS...", file=sys.stderr)
         return 2
-    return supervise(argv, probe_s=float(os.environ.get("HOTPATH_PROBE_SECS", 5)))
+    return supervise(argv, probe_s=settings.probe_s())
 
 
 if __name__ == "__main__":

@@ -7,10 +7,11 @@ queue events) and a `compute` span under each executed model. It posts OTLP/HTTP
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-DEFAULT_RATE = 1000   # Triton's own default: one request in a thousand
+from hotpath import settings
+
+DEFAULT_RATE = settings.trace_rate.default   # Triton's own default: one request in a thousand
 
 
 @dataclass(frozen=True)
@@ -32,5 +33,5 @@ class OtlpTracing:
     @classmethod
     def from_env(cls) -> "OtlpTracing | None":
         """HOTPATH_TRACE_OTLP_URL (and HOTPATH_TRACE_RATE), the same variables the container reads."""
-        url = os.environ.get("HOTPATH_TRACE_OTLP_URL")
-        return cls(url, int(os.environ.get("HOTPATH_TRACE_RATE", DEFAULT_RATE))) if url else None
+        url = settings.trace_otlp_url()
+        return cls(url, settings.trace_rate()) if url else None

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import ctypes
 import json
-import os
 import shutil
 import subprocess
 import sys
 
+from hotpath import settings
 from hotpath.tensorrt.compat import Target, version_tuple
 
 LIBNVINFER = ("libnvinfer.so.10", "libnvinfer.so.11", "libnvinfer.so")
@@ -73,9 +73,8 @@ def tensorrt_version() -> str:
 def detect() -> Target:
     """This host as a compatibility target, with the environment's overrides applied."""
     name, cc = gpu()
-    return Target(gpu_name=os.environ.get("HOTPATH_GPU_NAME", name),
-                  compute_capability=os.environ.get("HOTPATH_COMPUTE_CAPABILITY", cc),
-                  tensorrt_version=os.environ.get("HOTPATH_TENSORRT_VERSION") or tensorrt_version())
+    return Target(gpu_name=settings.gpu_name() or name, compute_capability=settings.compute_capability() or cc,
+                  tensorrt_version=settings.tensorrt_version() or tensorrt_version())
 
 
 def pip_requirement(version: str, package: str = "tensorrt-cu12") -> str:

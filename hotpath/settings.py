@@ -1,0 +1,107 @@
+"""Every `HOTPATH_*` environment variable: one typed accessor each, with its default and what it does.
+
+An accessor reads the variable when called (tests and child processes change the environment), from
+`os.environ` or from the mapping it is given (the container's command is built from one). Unset or
+empty means the default. README's "Environment variables" table lists every name here, and
+tests/unit/test_settings.py fails when code reads a `HOTPATH_*` name missing from this module or from
+README. Stdlib only: the container imports it (docker/Dockerfile copies it).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Setting(Generic[T]):
+    """One variable: `setting()` is its value now, `setting.name` what to set."""
+
+    name: str
+    default: T
+    parse: Callable[[str], T]
+    doc: str
+
+    def __call__(self, env: Mapping[str, str] | None = None) -> T:
+        raw = (os.environ if env is None else env).get(self.name, "").strip()
+        return self.parse(raw) if raw else self.default
+
+
+def _flag(raw: str) -> bool:
+    return raw.lower() in ("1", "true", "yes")
+
+
+def _optional(raw: str) -> str | None:
+    return raw
+
+
+SETTINGS: dict[str, Setting] = {}
+
+
+def _setting(name: str, default: T, parse: Callable[[str], T], doc: str) -> Setting[T]:
+    setting = Setting(f"HOTPATH_{name}", default, parse, doc)
+    SETTINGS[setting.name] = setting
+    return setting
+
+
+# Where things live (hotpath.paths).
+root = _setting("ROOT", Path(__file__).resolve().parent.parent, Path, "the checkout the default folders are in")
+build_dir = _setting("BUILD_DIR", None, _optional, "model spec folder (default ./build)")
+ensembles_dir = _setting("ENSEMBLES_DIR", None, _optional, "ensemble spec folder (default ./ensembles)")
+python_backends_dir = _setting("PYTHON_BACKENDS_DIR", None, _optional,
+                               "Python models' source folder (default ./python_backends)")
+model_repository = _setting("MODEL_REPOSITORY", None, _optional, "repository to build and serve "
+                            "(default ./model_repository)")
+work_dir = _setting("WORK_DIR", None, _optional, "staged copies, backend directory, server logs (default ./.hotpath)")
+
+# Every hotpath server, local and container (hotpath.server).
+admin_key = _setting("ADMIN_KEY", None, _optional, "key for Triton's restricted APIs; hotpath's tools send it")
+admin_key_file = _setting("ADMIN_KEY_FILE", None, _optional,
+                          "file holding that key (default .hotpath/admin-key, generated, 0600)")
+cache_bytes = _setting("CACHE_BYTES", 256 * 1024 * 1024, int, "response cache size (0 disables)")
+exit_timeout_s = _setting("EXIT_TIMEOUT_SECS", 30, int,
+                          "after SIGTERM, how long tritonserver waits for in-flight requests and unloads")
+trace_otlp_url = _setting("TRACE_OTLP_URL", None, _optional, "OpenTelemetry traces: OTLP/HTTP endpoint (unset: off)")
+trace_rate = _setting("TRACE_RATE", 1000, int, "OpenTelemetry traces: one request in N")
+trace_service = _setting("TRACE_SERVICE", "hotpath", str, "OpenTelemetry service name (container)")
+probe_s = _setting("PROBE_SECS", 5.0, float, "the container's watchdog: seconds between probe rounds")
+stub_timing_dir = _setting("STUB_TIMING_DIR", None, _optional, "Python stubs append per-execute() timings there "
+                           "(read inside Triton by hotpath.runtime.timing)")
+
+# The CLI.
+http_port = _setting("HTTP_PORT", 8000, int, "`hotpath serve` HTTP port")
+grpc_port = _setting("GRPC_PORT", 8001, int, "`hotpath serve` gRPC port")
+metrics_port = _setting("METRICS_PORT", 8002, int, "`hotpath serve` metrics port")
+grpc_url = _setting("GRPC_URL", "localhost:8001", str, "server for `hotpath embed` and the other client commands")
+token = _setting("TOKEN", None, _optional, "tenant token `hotpath.client` and the CLI send to the tenant gateway")
+perf_profile = _setting("PERF_PROFILE", "cpu", str, "SLO profile for `perf`, `perf-check`, `tune`")
+
+# Benchmarks (hotpath.perf).
+allow_busy = _setting("ALLOW_BUSY", False, _flag, "measure even when other processes keep the CPU busy")
+quiet_max_cores = _setting("QUIET_MAX_CORES", None, float, "cores other processes may use before a benchmark "
+                           "refuses (default a tenth of the machine, at least 0.2)")
+alt_endpoint = _setting("ALT_ENDPOINT", "text_embedding", str, "endpoint the FastAPI alternative serves")
+alt_handler = _setting("ALT_HANDLER", "sync", str, "FastAPI alternative's handler: sync | async")
+ort_threads = _setting("ORT_THREADS", 2, int, "ORT threads of the FastAPI/PyTriton/floor alternatives")
+gen_threads = _setting("GEN_THREADS", 2, int, "torch threads of the FastAPI generation alternative")
+
+# TensorRT checks for another host (hotpath.tensorrt.device).
+gpu_name = _setting("GPU_NAME", None, _optional, "GPU name instead of the one found")
+compute_capability = _setting("COMPUTE_CAPABILITY", None, _optional, "compute capability instead of the one found")
+tensorrt_version = _setting("TENSORRT_VERSION", None, _optional, "TensorRT version instead of the installed one")
+
+# Retrieval.
+pg_dsn = _setting("PG_DSN", None, _optional, "PostgreSQL DSN of the pgvector store (or its `pg_dsn` parameter)")
+retrieval_data_dir = _setting("RETRIEVAL_DATA_DIR", None, _optional,
+                              "the in-process vector store's data (WAL) directory (or its `data_dir` parameter)")
+
+# Read by docker/entrypoint.sh, not by Python: listed so README's table is complete.
+cache_dir = _setting("CACHE_DIR", "/cache", str, "container: volume for rebuilt TensorRT plans")
+on_incompatible = _setting("ON_INCOMPATIBLE", "rebuild", str,
+                           "container: a plan that does not fit the GPU: rebuild | fail")
+watchdog = _setting("WATCHDOG", True, _flag, "container: 0 execs tritonserver without the stub watchdog")

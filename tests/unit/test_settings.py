@@ -1,0 +1,77 @@
+"""hotpath.settings: every HOTPATH_* variable the code reads has an accessor there and a row in README's table,
+and only the files listed below still read one without it."""
+
+import re
+
+import pytest
+
+from hotpath import paths, settings
+from hotpath.server import command
+
+# A name where code reads or sets it: a string literal ("HOTPATH_X", f"...HOTPATH_X...") or a shell expansion
+# ($HOTPATH_X, ${HOTPATH_X:-...}); a Python identifier such as spec.py's HOTPATH_KEYS is neither.
+NAME = re.compile(r"""(?<=["'${])HOTPATH_[A-Z0-9_]*[A-Z0-9]\b""")
+SOURCES = ("hotpath", "python_backends", "perf", "docker", "scripts")
+# Reads of os.environ for a HOTPATH_ name written out in the call (not a write: `environ["X"] = ...`).
+DIRECT_READ = re.compile(r"""(environ\.get\(|getenv\()\s*["']HOTPATH_|environ\[\s*["']HOTPATH_\w+["']\s*\](?!\s*=[^=])""")
+# Files that still read their variables themselves: others were editing them when the rest moved to
+# hotpath.settings. hotpath/runtime runs inside Triton, apart from the toolchain, and keeps its own read.
+NOT_YET_MIGRATED = {"hotpath/cli.py", "hotpath/perf/alternatives/fastapi_app.py",
+                    "hotpath/perf/alternatives/generation_fastapi.py", "hotpath/retrieval/open.py"}
+
+
+def _files():
+    for top in SOURCES:
+        for path in sorted((paths.ROOT / top).rglob("*")):
+            if path.is_file() and path.suffix in (".py", ".sh", ".yaml", ".yml", ".toml", "") \
+                    and "__pycache__" not in path.parts:
+                yield path
+
+
+def _names_in_code() -> dict[str, str]:
+    found = {}
+    for path in _files():
+        for name in NAME.findall(path.read_text(errors="replace")):
+            found.setdefault(name, str(path.relative_to(paths.ROOT)))
+    return found
+
+
+def test_every_variable_the_code_names_has_an_accessor():
+    missing = {name: where for name, where in _names_in_code().items() if name not in settings.SETTINGS}
+    assert not missing, f"add these to hotpath/settings.py: {missing}"
+
+
+def test_readme_lists_every_variable():
+    readme = (paths.ROOT / "README.md").read_text()
+    table = readme[readme.index("## Environment variables"):]
+    listed = set(re.findall(r"`(HOTPATH_[A-Z0-9_]+)`", table[:table.index("\n\n", table.index("|---"))]))
+    assert set(settings.SETTINGS) - listed == set(), "README's table lacks these"
+    assert listed - set(settings.SETTINGS) == set(), "README lists variables hotpath.settings does not know"
+
+
+def test_only_the_listed_files_read_variables_directly():
+    direct = {str(p.relative_to(paths.ROOT)) for p in _files() if p.suffix == ".py" and p.name != "settings.py"
+              and DIRECT_READ.search(p.read_text(errors="replace"))}
+    assert direct - NOT_YET_MIGRATED == set(), "read these through hotpath.settings"
+    existing = {name for name in NOT_YET_MIGRATED if (paths.ROOT / name).exists()}
+    assert existing - direct == set(), "migrated: remove them from NOT_YET_MIGRATED"
+
+
+def test_an_accessor_reads_the_environment_when_called(monkeypatch):
+    monkeypatch.delenv("HOTPATH_CACHE_BYTES", raising=False)
+    assert settings.cache_bytes() == command.DEFAULT_CACHE_BYTES == 256 * 1024 * 1024
+    monkeypatch.setenv("HOTPATH_CACHE_BYTES", "0")
+    assert settings.cache_bytes() == 0 and command.cache_bytes_from_env() == 0
+    monkeypatch.setenv("HOTPATH_CACHE_BYTES", " ")
+    assert settings.cache_bytes() == settings.cache_bytes.default, "blank is unset"
+    assert settings.trace_rate({"HOTPATH_TRACE_RATE": "7"}) == 7, "a mapping instead of os.environ"
+    for raw, expected in (("1", True), ("yes", True), ("0", False), ("", False)):
+        monkeypatch.setenv("HOTPATH_ALLOW_BUSY", raw)
+        assert settings.allow_busy() is expected, raw
+    monkeypatch.setenv("HOTPATH_WATCHDOG", "0")
+    assert settings.watchdog() is False
+    monkeypatch.setenv("HOTPATH_WORK_DIR", "/tmp/elsewhere")
+    assert paths.work_dir() == paths.Path("/tmp/elsewhere").resolve()
+    monkeypatch.setenv("HOTPATH_EXIT_TIMEOUT_SECS", "soon")
+    with pytest.raises(ValueError):
+        settings.exit_timeout_s()
