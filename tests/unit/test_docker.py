@@ -1,0 +1,117 @@
+"""docker/: hadolint on the Dockerfile, shellcheck on every shell script, the image's Python closure."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from hotpath import paths
+
+BIN = Path(sys.executable).parent
+DOCKERFILE = paths.ROOT / "docker" / "Dockerfile"
+
+
+def _shell_scripts() -> list[Path]:
+    tracked = subprocess.run(["git", "ls-files"], cwd=paths.ROOT, capture_output=True, text=True).stdout.split()
+    scripts = []
+    for name in tracked:
+        path = paths.ROOT / name
+        if path.is_file() and (name.endswith(".sh") or path.read_bytes()[:40].startswith(b"#!/usr/bin/env bash")):
+            scripts.append(path)
+    return scripts
+
+
+def test_dockerfile_passes_hadolint():
+    run = subprocess.run([str(BIN / "hadolint"), str(DOCKERFILE)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_shell_scripts_pass_shellcheck():
+    scripts = _shell_scripts()
+    assert paths.ROOT / "docker" / "entrypoint.sh" in scripts and paths.ROOT / "scripts" / "setup.sh" in scripts
+    run = subprocess.run([str(BIN / "shellcheck"), *map(str, scripts)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_compose_file_is_valid_yaml():
+    run = subprocess.run([str(BIN / "yamllint"), "-d", "relaxed", str(paths.ROOT / "docker" / "compose.yaml")],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_image_copies_only_the_runtime_and_the_checker_and_they_import_alone(tmp_path):
+    """Copy what the Dockerfile copies of hotpath/ and import it without the rest of hotpath."""
+    copies = re.findall(r"^COPY (hotpath\S*(?: hotpath\S*)*) (\S+)$", DOCKERFILE.read_text(), re.M)
+    sources = [src for group, _ in copies for src in group.split()]
+    assert sorted(sources) == ["hotpath/__init__.py", "hotpath/config.py", "hotpath/errors.py", "hotpath/health",
+                               "hotpath/paths.py", "hotpath/preflight.py", "hotpath/runtime",
+                               "hotpath/server/__init__.py", "hotpath/server/admin.py", "hotpath/server/command.py",
+                               "hotpath/server/model_control.py", "hotpath/server/stubs.py",
+                               "hotpath/server/supervise.py", "hotpath/server/tracing.py",
+                               "hotpath/server/watchdog.py", "hotpath/settings.py", "hotpath/spec.py",
+                               "hotpath/tensorrt"]
+    for src in sources:
+        dest = tmp_path / src
+        if (paths.ROOT / src).is_dir():
+            shutil.copytree(paths.ROOT / src, dest, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(paths.ROOT / src, dest)
+    modules = ["hotpath.tensorrt.startup", "hotpath.preflight", "hotpath.health.__main__",
+               "hotpath.server.supervise", "hotpath.server.command"] + [
+        f"hotpath.runtime.{p.stem}" for p in (tmp_path / "hotpath" / "runtime").glob("*.py") if p.stem != "__init__"]
+    # PYTHONPATH comes before the editable install, so the copied tree is the hotpath imported.
+    probe = ("import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]; "
+             "import hotpath; print(hotpath.__file__)")
+    run = subprocess.run([sys.executable, "-c", probe, *modules], cwd=tmp_path, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip().startswith(str(tmp_path))
+
+
+
+def test_healthcheck_probes_every_endpoint_within_its_timeout():
+    """The HEALTHCHECK is the liveness probe (a dead stub keeps /v2/health/ready at 200); its endpoints
+    are probed one after another, so their budgets must fit Docker's timeout."""
+    from hotpath.health.probe import endpoints, read_configs
+
+    text = DOCKERFILE.read_text()
+    (options, command), = re.findall(r"^HEALTHCHECK (.*?)\s*\\?\n\s*CMD (\[.*\])$", text, re.M)
+    argv = json.loads(command)
+    assert argv[:3] == ["python3", "-m", "hotpath.health"] and "--liveness" in argv
+    budget = float(argv[argv.index("--timeout") + 1])
+    docker_timeout = float(re.search(r"--timeout=(\d+)s", options).group(1))
+    assert docker_timeout >= len(endpoints(read_configs(paths.model_repository()))) * budget
+
+
+# The NGC tritonserver:24.10-py3 image (Dockerfile's TRITON_IMAGE): Ubuntu 22.04, glibc 2.35, CPython 3.10.
+IMAGE_PYTHON = ["--python-version", "3.10", "--implementation", "cp", "--abi", "cp310", "--abi", "abi3",
+                "--abi", "none", "--platform", "manylinux_2_35_x86_64", "--platform", "manylinux_2_28_x86_64",
+                "--platform", "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64"]
+
+
+def test_the_images_requirements_resolve_for_its_python(tmp_path):
+    """What `pip install -r docker/requirements*.txt` does in the image, resolved here: binary wheels for
+    CPython 3.10 on glibc 2.35 x86_64, dependencies included (a pin with no such wheel fails the build)."""
+    files = sorted((paths.ROOT / "docker").glob("requirements*.txt"))
+    assert len(files) == 2
+    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
+           *IMAGE_PYTHON, "--target", str(tmp_path), *[a for f in files for a in ("-r", str(f))]]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    assert "Would install" in run.stdout and "onnxruntime-1.23.2" in run.stdout
+
+
+def test_the_code_the_image_runs_is_python_310():
+    """The image's interpreter is 3.10: ruff's syntax check at target-version py310 over what it copies of
+    hotpath and every Python backend (the model.py files the repository holds)."""
+    copies = re.findall(r"^COPY (hotpath\S*(?: hotpath\S*)*) (\S+)$", DOCKERFILE.read_text(), re.M)
+    sources = [paths.ROOT / src for group, _ in copies for src in group.split()]
+    backends = sorted(paths.python_backends_dir().glob("*/model.py"))
+    assert backends and all(p.exists() for p in sources)
+    run = subprocess.run([str(BIN / "ruff"), "check", "--no-cache", "--isolated", "--target-version", "py310",
+                          "--select", "E9,F63,F7,F82", *map(str, sources + backends)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
