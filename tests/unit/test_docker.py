@@ -47,7 +47,7 @@ def test_image_copies_only_the_runtime_and_the_checker_and_they_import_alone(tmp
     copies = re.findall(r"^COPY (hotpath\S*(?: hotpath\S*)*) (\S+)$", DOCKERFILE.read_text(), re.M)
     sources = [src for group, _ in copies for src in group.split()]
     assert sorted(sources) == ["hotpath/__init__.py", "hotpath/config.py", "hotpath/errors.py", "hotpath/health",
-                               "hotpath/paths.py", "hotpath/preflight.py", "hotpath/runtime",
+                               "hotpath/paths.py", "hotpath/preflight.py", "hotpath/retrieval", "hotpath/runtime",
                                "hotpath/server/__init__.py", "hotpath/server/admin.py", "hotpath/server/command.py",
                                "hotpath/server/model_control.py", "hotpath/server/stubs.py",
                                "hotpath/server/supervise.py", "hotpath/server/tracing.py",
@@ -61,7 +61,9 @@ def test_image_copies_only_the_runtime_and_the_checker_and_they_import_alone(tmp
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(paths.ROOT / src, dest)
     modules = ["hotpath.tensorrt.startup", "hotpath.preflight", "hotpath.health.__main__",
-               "hotpath.server.supervise", "hotpath.server.command"] + [
+               "hotpath.server.supervise", "hotpath.server.command",
+               # the retrieval model's store (faiss itself is imported when a store opens)
+               "hotpath.retrieval.open", "hotpath.retrieval.hnsw_store", "hotpath.retrieval.requests"] + [
         f"hotpath.runtime.{p.stem}" for p in (tmp_path / "hotpath" / "runtime").glob("*.py") if p.stem != "__init__"]
     # PYTHONPATH comes before the editable install, so the copied tree is the hotpath imported.
     probe = ("import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]; "
