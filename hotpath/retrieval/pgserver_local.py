@@ -149,6 +149,26 @@ class LocalPostgres:
         if self.process and self.process.poll() is None:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
+            self._wait_group_gone(self.process.pid)
+
+    @staticmethod
+    def _wait_group_gone(pgid: int, timeout_s: float = 30.0) -> None:
+        """Until no live process is left in the group: a backend still dying keeps the old shared memory
+        attached, and a new postmaster refuses to start beside it ("pre-existing shared memory block")."""
+        import psutil
+
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            left = []
+            for proc in psutil.process_iter():
+                try:
+                    if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                        left.append(proc.pid)
+                except (ProcessLookupError, psutil.Error):
+                    continue
+            if not left:
+                return
+            time.sleep(0.05)
 
     def restart(self) -> LocalPostgres:
         self.stop()

@@ -63,28 +63,45 @@ class PgVectorStore:
     @classmethod
     def from_params(cls, params: dict, base_dir: Path | None = None) -> PgVectorStore:
         """From a spec's store parameters (strings, as Triton passes model parameters): `pg_dsn` (or env
-        HOTPATH_PG_DSN), `pg_table`, the HNSW `m`, `ef_construction`, `ef_search`, and `dim` (else the
-        build's). With `base_dir` (the in-process store's build output: corpus + index), a table never
+        HOTPATH_PG_DSN), `pg_table`, `dim` and the HNSW `m`, `ef_construction`, `ef_search` (each else the
+        build manifest's). With `base_dir` (the in-process store's build output: corpus + index), a table never
         seeded gets that corpus once (hotpath.retrieval.pgvector_seed), so every replica starts complete."""
         dsn = _param(params, "pg_dsn") or os.environ.get(DSN_ENV)
         if not dsn:
             raise ValueError(f"store = 'pgvector' needs the parameter pg_dsn or the environment variable {DSN_ENV}")
-        dim = _param(params, "dim", "dimension")
-        if dim is None and base_dir is not None:
-            from hotpath.retrieval.pgvector_seed import build_dim
+        build: dict = {}
+        if base_dir is not None:   # the build's HNSW settings are the defaults: both stores index alike
+            from hotpath.retrieval.pgvector_seed import manifest
 
-            dim = build_dim(base_dir)
+            build = manifest(base_dir)
+        table = str(_param(params, "pg_table", default=DEFAULT_TABLE))
+        dim = _param(params, "dim", "dimension", default=build.get("dim")) or cls.table_dim(dsn, table)
         if dim is None:
-            raise ValueError("store = 'pgvector' needs the parameter dim (or the build output's manifest)")
-        store = cls(dsn, int(dim), table=str(_param(params, "pg_table", default=DEFAULT_TABLE)),
-                    m=int(_param(params, "pg_m", "m", default=16)),
-                    ef_construction=int(_param(params, "pg_ef_construction", "ef_construction", default=64)),
-                    ef_search=int(_param(params, "pg_ef_search", "ef_search", default=64)))
+            raise ValueError(f"store = 'pgvector' needs the parameter dim (or the build output's manifest, or an "
+                             f"existing table {table})")
+        store = cls(dsn, int(dim), table=table,
+                    m=int(_param(params, "pg_m", "m", default=build.get("M", 16))),
+                    ef_construction=int(_param(params, "pg_ef_construction", "ef_construction",
+                                               default=build.get("ef_construction", 64))),
+                    ef_search=int(_param(params, "pg_ef_search", "ef_search", default=build.get("ef_search", 64))))
         if base_dir is not None:
             from hotpath.retrieval.pgvector_seed import seed
 
             seed(store, base_dir)
         return store
+
+    @staticmethod
+    def table_dim(dsn: str, table: str, connect_timeout_s: int = 5) -> int | None:
+        """The vector dimension of an existing table, None if there is none."""
+        import psycopg
+
+        try:
+            with psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout_s) as conn:
+                row = conn.execute("SELECT atttypmod FROM pg_attribute WHERE attrelid = to_regclass(%s) "
+                                   "AND attname = 'embedding'", (table,)).fetchone()
+        except psycopg.OperationalError as exc:
+            raise StoreUnavailableError(f"pgvector store: cannot connect: {str(exc).strip()}") from exc
+        return int(row[0]) if row and row[0] > 0 else None
 
     # -- connection -------------------------------------------------------------------------------------
 

@@ -160,9 +160,12 @@ def test_from_params_reads_the_spec_and_the_environment(pg, table, monkeypatch):
     assert s._conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "77"
     monkeypatch.setenv(DSN_ENV, pg.dsn)
     assert PgVectorStore.from_params({"dim": DIM, "pg_table": table}).count() == 0
+    assert PgVectorStore.from_params({"pg_dsn": pg.dsn, "pg_table": table}).dim == DIM   # the table's
     monkeypatch.delenv(DSN_ENV)
     with pytest.raises(ValueError, match="pg_dsn"):
         PgVectorStore.from_params({"dim": DIM})
+    with pytest.raises(ValueError, match="dim"):
+        PgVectorStore.from_params({"pg_dsn": pg.dsn, "pg_table": "no_such_table"})
     with pytest.raises(HotpathError, match="vector"):
         PgVectorStore(pg.dsn, DIM * 2, table=table)
 
@@ -216,3 +219,23 @@ def test_write_applies_ops_in_order_and_reports_what_existed(pg, table):
         s.write([("upsert", "y", "doc", vectors[0]), ("rename", "y", "", None)])
     assert s.get("y") is None
 
+
+def test_seeded_once_from_the_build_output_with_its_vectors(pg, table, tmp_path):
+    from hotpath.retrieval.build import write_base
+    from hotpath.retrieval.corpus import Document
+    from hotpath.retrieval.pgvector_seed import build_arrays
+
+    ids, vectors, docs = corpus(64, seed=12)
+    write_base(tmp_path, [Document(i, d) for i, d in zip(ids, docs)], vectors, m=8, ef_construction=32, ef_search=64)
+    got_ids, got_vectors, got_docs = build_arrays(tmp_path)
+    assert (got_ids, got_docs) == (ids, docs)
+    np.testing.assert_array_equal(got_vectors, vectors)
+
+    params = {"pg_dsn": pg.dsn, "pg_table": table, "ef_search": "200"}
+    first = PgVectorStore.from_params(params, base_dir=tmp_path)   # dim from the build's manifest
+    assert (first.dim, first.m, first.ef_construction, first.ef_search) == (DIM, 8, 32, 200)   # the build's, but ef_search
+    assert first.count() == 64
+    assert first.search(vectors[5:6], 1).ids == [[ids[5]]]
+    first.delete(ids[:10])
+    again = PgVectorStore.from_params(params, base_dir=tmp_path)   # a second replica: no second seed
+    assert again.count() == 54

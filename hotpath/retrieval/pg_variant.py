@@ -1,0 +1,45 @@
+"""The `retrieval` endpoint configured to search Postgres + pgvector instead of its in-process index.
+
+Configuration only: a model repository whose models link to the built ones, plus one more model
+(`retrieval_pg` by default) that is the built `retrieval` model (same code, graph and build output)
+with `store = "pgvector"` and the server's DSN and table in its parameters. Tests and the comparison
+benchmark serve it next to the in-process one; a fleet sets the same parameters in its spec.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from hotpath import paths
+from hotpath.config import read_config, to_pbtxt
+
+SOURCE, VARIANT = "retrieval", "retrieval_pg"
+
+
+def pgvector_repository(dest: Path, dsn: str, table: str, models: Sequence[str] = (), name: str = VARIANT,
+                        source: str = SOURCE, repository: Path | None = None) -> Path:
+    """Write the repository at `dest` (new): links to `models` of `repository` (the built one) and `name`,
+    the `source` model reconfigured for pgvector at `dsn`, table `table`. `name` may be `source` itself:
+    the endpoint under its own name, on pgvector."""
+    from hotpath.server.subset import linked
+
+    repository = Path(repository or paths.model_repository())
+    dest = Path(dest)
+    dest.mkdir(parents=True)
+    linked([m for m in models if m != name], dest, repository)
+    config = read_config(repository / source)
+    config.name = name
+    for key, value in (("store", "pgvector"), ("pg_dsn", dsn), ("pg_table", table)):
+        config.parameters[key].string_value = value
+    (dest / name).mkdir()
+    (dest / name / "config.pbtxt").write_text(to_pbtxt(config))
+    for entry in (repository / source).iterdir():   # version dirs, warmup samples: the built model's own
+        if entry.name != "config.pbtxt":
+            (dest / name / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+    return dest
+
+
+def build_dir(repository: Path | None = None, source: str = SOURCE) -> Path:
+    """The built retrieval model's export directory (graph, corpus, index, manifest)."""
+    return Path(repository or paths.model_repository()) / source / "1" / "export"
