@@ -13,10 +13,15 @@ missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
-if ((${#missing[@]})); then
-  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
-  say "apt-get install ${missing[*]}"
+SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+# apt's package lists are also the retrieval endpoint's corpus (`apt-cache dumpavail`): images often ship
+# without them.
+if ((${#missing[@]})) || ! compgen -G "/var/lib/apt/lists/*_Packages*" >/dev/null; then
+  say "apt-get update"
   $SUDO apt-get update -qq
+fi
+if ((${#missing[@]})); then
+  say "apt-get install ${missing[*]}"
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 

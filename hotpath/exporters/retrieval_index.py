@@ -4,7 +4,8 @@ its HNSW index, gated on recall@10 against exact search.
 - Encoder: `export_pooled_encoder` with sentence_embedder's opset and weights writes a byte-identical
   graph (checked against sentence_embedder's when that is built), served with the same tokenizer file
   and settings, so a query's vector is text_embedding's vector.
-- Corpus: Debian's package descriptions (hotpath.retrieval.corpus), `limit` of them at an even spread;
+- Corpus: Debian's package descriptions (hotpath.retrieval.corpus), `include` + `limit` of them in a
+  hash order of their names (stable when apt's lists change);
   the apt list files it is read from are source files, so `apt-get update` rebuilds the index.
 - Documents are embedded length-sorted in batches on the split runner (one single-thread ORT session
   per core, as the served model does under load).
@@ -15,6 +16,7 @@ its HNSW index, gated on recall@10 against exact search.
 
 from __future__ import annotations
 
+import hashlib
 import resource
 import time
 from pathlib import Path
@@ -26,6 +28,7 @@ from hotpath.exporters.base import Exporter, ExportReport, Log
 from hotpath.spec import ModelSpec
 
 BATCH = 64
+MIN_CORPUS = 10_000   # a Debian release lists ~60k packages; far fewer means apt never updated
 GRAPH_OF_TEXT_EMBEDDING = "sentence_embedder/1/export/model.onnx"
 
 
@@ -58,18 +61,28 @@ def embed_texts(runner, tokenizer, texts: list[str], batch: int = BATCH) -> np.n
     return out
 
 
-def split_corpus(docs: list, limit: int, queries: int) -> tuple[list, list]:
-    """(indexed, held-out queries): an even spread of `limit` (0: all) and `queries` of the others."""
-    if limit and limit + queries <= len(docs):
-        step = len(docs) / limit
-        chosen = {int(i * step) for i in range(limit)}
-        rest = [d for i, d in enumerate(docs) if i not in chosen]
-        held = rest[:: max(1, len(rest) // queries)][:queries]
-        return [docs[i] for i in sorted(chosen)], held
-    every = max(2, len(docs) // queries)
-    held = docs[every // 2::every][:queries]
-    held_ids = {d.id for d in held}
-    return [d for d in docs if d.id not in held_ids], held
+def _rank(doc_id: str) -> bytes:
+    return hashlib.sha1(doc_id.encode()).digest()
+
+
+def split_corpus(docs: list, limit: int, queries: int, include: tuple[str, ...] = ()) -> tuple[list, list]:
+    """(indexed, held-out queries). With a `limit` (0: all), the indexed documents are `include` plus
+    those first in a hash order of their ids: a document's membership does not depend on the others,
+    so an apt list update that adds or drops packages leaves every other package where it was (an
+    even spread over the sorted names would shift half of them). Held-out queries come next in that
+    order, so they are never indexed. The result is sorted by id."""
+    by_id = {d.id: d for d in docs}
+    missing = [i for i in include if i not in by_id]
+    if missing:
+        raise BuildError(f"the corpus has no document {', '.join(missing)} (hotpath.index.include)")
+    order = sorted((d for d in docs if d.id not in set(include)), key=lambda d: _rank(d.id))
+    if limit and len(include) + limit + queries <= len(docs):
+        keep = limit - len(include)
+        chosen, held = [by_id[i] for i in include] + order[:keep], order[keep:keep + queries]
+    else:
+        held = order[:queries]
+        chosen = [by_id[i] for i in include] + order[queries:]
+    return sorted(chosen, key=lambda d: d.id), held
 
 
 class RetrievalIndexExporter(Exporter):
@@ -115,7 +128,12 @@ class RetrievalIndexExporter(Exporter):
             raise BuildError(f"{spec.name}: the encoder graph differs from text_embedding's ({served}): "
                              "queries would not get text_embedding's vectors")
         t0 = time.perf_counter()
-        docs, held = split_corpus(debian_packages(int(s["max_chars"])), int(s["limit"]), int(s["recall_queries"]))
+        corpus = debian_packages(int(s["max_chars"]))
+        if len(corpus) < MIN_CORPUS:
+            raise BuildError(f"{spec.name}: `apt-cache dumpavail` lists {len(corpus)} packages (< {MIN_CORPUS}): "
+                             "apt's package lists are missing; run `apt-get update` (scripts/setup.sh does)")
+        docs, held = split_corpus(corpus, int(s["limit"]), int(s["recall_queries"]),
+                                  tuple(s.get("include", ())))
         log(f"corpus: {len(docs)} Debian package descriptions (+{len(held)} held-out queries) "
             f"in {time.perf_counter() - t0:.1f}s")
         tokenizer = load_tokenizer(minilm_dir() / "tokenizer.json", max_length=int(params["max_length"]))

@@ -64,10 +64,6 @@ def parse_packages(text: str, max_chars: int) -> list[Document]:
     return [docs[k] for k in sorted(docs)]
 
 
-def debian_packages(max_chars: int, limit: int = 0) -> list[Document]:
-    """The corpus; `limit` > 0 keeps an even spread of that many packages (stable across runs)."""
-    docs = parse_packages(dumpavail(), max_chars)
-    if limit and limit < len(docs):
-        step = len(docs) / limit
-        docs = [docs[int(i * step)] for i in range(limit)]
-    return docs
+def debian_packages(max_chars: int) -> list[Document]:
+    """The whole corpus, sorted by package name (the exporter picks the indexed subset)."""
+    return parse_packages(dumpavail(), max_chars)
