@@ -16,6 +16,7 @@ report; `--tag` suffixes the labels of this run's rows and `--merge` keeps the r
     python -m hotpath.perf.generation_compare            # own server; report -> perf/reports/text_generation.md
     python -m hotpath.perf.generation_compare --url localhost:8001   # a server with explicit model control
     python -m hotpath.perf.generation_compare --system in-process --system hotpath --tag q4 --merge
+    python -m hotpath.perf.generation_compare --follow-up   # follow-up chat turns' TTFT, prefix cache on vs off
 """
 
 from __future__ import annotations
@@ -56,6 +57,105 @@ def one_at_a_time(config):
     return config
 
 
+def no_prefix_cache(config):
+    """The same endpoint with the block prefix cache off (the system turn is still shared)."""
+    config.parameters["prefix_cache_tokens"].string_value = "0"
+    return config
+
+
+FOLLOW_UPS = ("Tell me more about that.", "Now sum it all up in one sentence.")
+
+
+def follow_up_turns(url: str, max_tokens: int, prompts: list[str]) -> list[list[tuple[float, int, list[int]]]]:
+    """Three-turn chats, one at a time: per conversation, (TTFT ms, prompt tokens, token ids) of each turn."""
+    from hotpath.client import GenerationClient
+
+    out = []
+    with GenerationClient(url, timeout_s=300) as client:
+        for prompt in prompts:
+            history, turns = [], []
+            for text in (prompt, *FOLLOW_UPS):
+                r = client.generate(text, max_tokens=max_tokens, history=history)
+                turns.append((r.ttft_s * 1000.0, r.prompt_tokens, r.token_ids))
+                history += [text, r.text]
+            out.append(turns)
+    return out
+
+
+def compare_follow_ups(url: str, max_tokens: int, prompts: list[str], log: Callable[[str], None] = print) -> str:
+    """Follow-up-turn TTFT with the prefix cache on (as built) and off, alternating per round; markdown."""
+    import statistics
+
+    from hotpath.perf.reload import reconfigured
+
+    runs = {"on": [], "off": []}
+    follow_up_turns(url, max_tokens, prompts[:1])   # warm-up
+    for variant in ("on", "off", "on", "off"):
+        wait_quiet(log)
+        if variant == "on":
+            runs[variant] += follow_up_turns(url, max_tokens, prompts)
+        else:
+            with reconfigured(url, {ENDPOINT: no_prefix_cache}):
+                runs[variant] += follow_up_turns(url, max_tokens, prompts)
+    same = all(a[t][2] == b[t][2] for a, b in zip(runs["on"], runs["off"]) for t in range(len(a)))
+    lines = ["| turn | prompt tokens p50 | TTFT p50 / p95 ms, prefix cache on | off | off / on (p50) |",
+             "|---|---|---|---|---|"]
+    for t in range(1 + len(FOLLOW_UPS)):
+        on, off = ([c[t][0] for c in runs[v]] for v in ("on", "off"))
+        q = {v: (statistics.median(x), sorted(x)[max(0, round(0.95 * len(x)) - 1)]) for v, x in (("on", on), ("off", off))}
+        tokens = statistics.median(c[t][1] for c in runs["on"])
+        lines.append(f"| {t + 1} | {tokens:.0f} | {q['on'][0]:.0f} / {q['on'][1]:.0f} | {q['off'][0]:.0f} / "
+                     f"{q['off'][1]:.0f} | {q['off'][0] / q['on'][0]:.2f} |")
+    lines.append(f"\nGreedy tokens of every turn identical with and without the cache: {'yes' if same else 'NO'} "
+                 f"({len(runs['on'])} conversations x {1 + len(FOLLOW_UPS)} turns each way).")
+    return "\n".join(lines)
+
+
+def lookup_draft(context: list[int], k: int, longest: int = 3) -> list[int]:
+    """Prompt-lookup draft: the up to `k` tokens that followed the latest earlier occurrence of the
+    context's last n tokens (n = longest..1)."""
+    for n in range(min(longest, len(context) - 1), 0, -1):
+        tail = context[-n:]
+        for start in range(len(context) - n - 1, -1, -1):
+            if context[start:start + n] == tail:
+                return context[start + n:start + n + k]
+    return []
+
+
+def draft_steps(prompt: list[int], reply: list[int], k: int) -> int:
+    """Forward passes greedy speculative decoding with lookup drafts would need for `reply` (each pass
+    verifies a draft and yields its longest matching prefix plus one token of its own)."""
+    steps, i = 0, 0
+    while i < len(reply):
+        draft = lookup_draft(prompt + reply[:i], k)
+        accepted = next((j for j, t in enumerate(draft) if i + j >= len(reply) or reply[i + j] != t), len(draft))
+        i += accepted + 1
+        steps += 1
+    return steps
+
+
+def draft_estimate(url: str, max_tokens: int, prompts: list[str], k: int = 4) -> str:
+    """Tokens per forward pass that exact prompt-lookup speculation would give on these replies
+    (first turns and follow-ups), from the served greedy tokens: an upper bound on its ITL gain."""
+    from tokenizers import Tokenizer
+
+    from hotpath.runtime.generation.chat import encode_prompt
+    from hotpath.runtime.generation.decoder import ModelInfo
+
+    info = ModelInfo.load(export_dir() / "generation.json")
+    tokenizer = Tokenizer.from_file(str(export_dir() / "tokenizer.json"))
+    chats = follow_up_turns(url, max_tokens, prompts)
+    tokens = steps = 0
+    for prompt, turns in zip(prompts, chats):
+        history = []
+        for text, (_, _, reply) in zip((prompt, *FOLLOW_UPS), turns):
+            ids = encode_prompt(tokenizer, info.chat_template, text, info.bos_token, info.eos_token, history)
+            tokens, steps = tokens + len(reply), steps + draft_steps(ids, reply, k)
+            history += [text, tokenizer.decode(reply, skip_special_tokens=True)]
+    return (f"prompt-lookup drafts (k={k}, n<=3) on {len(chats)} chats x {1 + len(FOLLOW_UPS)} turns: "
+            f"{tokens} tokens in {steps} verify passes = {tokens / steps:.2f} tokens per pass")
+
+
 def export_dir() -> Path:
     return paths.model_repository() / ENDPOINT / "1" / "export"
 
@@ -85,9 +185,7 @@ def in_process_engine(folder: Path | None = None):
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     decoder = Decoder(folder / "model.onnx", info, intra_op_threads=int(p.get("intra_op_thread_count", 0)),
                       allow_spinning=p.get("allow_spinning", "false").lower() in ("1", "true"))
-    settings = EngineSettings(max_batch=int(p.get("max_batch", 8)), context=int(p.get("max_context", 512)),
-                              max_queue=int(p.get("max_queue", 32)), prefill_chunk=int(p.get("prefill_chunk", 64)))
-    engine = Engine(decoder, tokenizer, settings)
+    engine = Engine(decoder, tokenizer, EngineSettings.from_parameters(p))
     engine.warmup()
     if p.get("reuse_prefix", "true").lower() in ("1", "true"):
         engine.set_prefix(shared_prefix(tokenizer, info.chat_template, info.bos_token, info.eos_token))
@@ -250,10 +348,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", action="store_true",
                         help="keep earlier runs' rows (.hotpath/perf/<report>.json) that this run does not re-measure")
     parser.add_argument("--profile", default="cpu")
+    parser.add_argument("--follow-up", action="store_true",
+                        help="instead: TTFT of follow-up chat turns, prefix cache on vs off (served; prints markdown)")
+    parser.add_argument("--draft-estimate", action="store_true",
+                        help="instead: tokens per pass exact prompt-lookup speculation would give (served greedy tokens)")
     parser.add_argument("--out", type=Path, default=paths.ROOT / "perf" / "reports" / f"{ENDPOINT}.md")
     args = parser.parse_args(argv)
     from hotpath.server.process import server_url
 
+    if args.follow_up or args.draft_estimate:
+        from hotpath.perf.streaming import PROMPTS
+
+        with server_url(args.url) as url:
+            print(compare_follow_ups(url, args.max_tokens, PROMPTS) if args.follow_up else
+                  draft_estimate(url, args.max_tokens, PROMPTS))
+        return 0
     systems = tuple(args.system or DEFAULT_SYSTEMS)
     t0 = time.perf_counter()
     notes: list[str] = []

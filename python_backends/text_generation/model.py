@@ -69,10 +69,7 @@ class TritonPythonModel:
         p = parameters(args)
         folder = version_dir(args) / "export"
         info = ModelInfo.load(folder / "generation.json")
-        settings = EngineSettings(max_batch=int(p.get("max_batch", 8)), context=int(p.get("max_context", 512)),
-                                  max_queue=int(p.get("max_queue", 32)), prefill_chunk=int(p.get("prefill_chunk", 64)),
-                                  kv_tokens=int(p.get("kv_tokens", 0)), prefix_block=int(p.get("prefix_block", 16)),
-                                  prefix_cache_tokens=int(p.get("prefix_cache_tokens", 0)))
+        settings = EngineSettings.from_parameters(p)
         self.limits = Limits(default_max_tokens=int(p.get("default_max_tokens", 128)),
                              max_tokens=int(p.get("max_tokens_limit", settings.context)), context=settings.context)
         self.info = info

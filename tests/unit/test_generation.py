@@ -439,3 +439,14 @@ def test_latency_samples_one_ttft_per_stream_then_itl(tiny, decoder):
     kinds = collections.Counter(kind for kind, _ in engine.latencies)
     assert kinds == {"ttft": 2, "itl": sum(len(s.tokens) for s in sinks) - 2}
     assert all(seconds >= 0 for _, seconds in engine.latencies)
+
+
+def test_prompt_lookup_draft_and_its_pass_count():
+    from hotpath.perf.generation_compare import draft_steps, lookup_draft
+
+    assert lookup_draft([1, 2, 3, 9, 1, 2, 3], k=4) == [9, 1, 2, 3]     # the latest earlier 3-gram's successors
+    assert lookup_draft([4, 1, 2, 5, 2], k=2) == [5, 2]                 # falls back to the last token alone
+    assert lookup_draft([5, 6, 7], k=2) == []
+    # 7 tokens: a pass with no draft, a pass accepting 4 copied tokens (+1 own), a pass whose draft fails.
+    assert draft_steps([1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 7], k=4) == 3
+    assert draft_steps([9], [1, 2, 3], k=4) == 3                        # nothing to copy: one token per pass

@@ -67,6 +67,14 @@ class EngineSettings:
     prefix_block: int = 16    # tokens per prefix-cache block
     prefix_cache_tokens: int = 0   # prefix-cache size in tokens (0: off)
 
+    @classmethod
+    def from_parameters(cls, p: dict[str, str]) -> "EngineSettings":
+        """From the model config's [parameters] (build/text_generation.toml), as plain strings."""
+        return cls(max_batch=int(p.get("max_batch", 8)), context=int(p.get("max_context", 512)),
+                   max_queue=int(p.get("max_queue", 32)), prefill_chunk=int(p.get("prefill_chunk", 64)),
+                   kv_tokens=int(p.get("kv_tokens", 0)), prefix_block=int(p.get("prefix_block", 16)),
+                   prefix_cache_tokens=int(p.get("prefix_cache_tokens", 0)))
+
 
 @dataclass(eq=False)
 class Sequence:
