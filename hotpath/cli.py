@@ -213,6 +213,12 @@ def _explain(args: argparse.Namespace, slos: dict) -> int:
     return 0
 
 
+def cmd_monitoring(args: argparse.Namespace) -> int:
+    from hotpath.monitoring.__main__ import main as monitoring_main
+
+    return monitoring_main(["--check"] if args.check else [])
+
+
 def _allow_busy_flag(p: argparse.ArgumentParser) -> None:
     from hotpath.perf.quiet import allow_busy_default
 
@@ -325,6 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--url", default=None, help="use a running server (started with explicit model control)")
     p.add_argument("--no-write", action="store_true", help="measure only; leave the specs alone")
     p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("monitoring", help="regenerate monitoring/ (rules, dashboards) and deploy/'s generated files")
+    p.add_argument("--check", action="store_true", help="fail when a generated file is stale; write nothing")
+    p.set_defaults(func=cmd_monitoring)
     return parser
 
 

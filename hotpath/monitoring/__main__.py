@@ -1,4 +1,4 @@
-"""`python -m hotpath.monitoring [--check]`: regenerate monitoring/ and deploy/'s generated files."""
+"""`hotpath monitoring [--check]` (or `python -m hotpath.monitoring`): regenerate monitoring/ and deploy/'s generated files."""
 
 from __future__ import annotations
 
