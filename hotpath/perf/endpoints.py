@@ -16,9 +16,11 @@ from hotpath.perf.alternatives import served
 from hotpath.perf.alternatives.floor import Floor, measure_floor
 from hotpath.perf.alternatives.pipelines import (
     IMAGE_CLASSIFIER_GRAPH,
+    RETRIEVAL_GRAPH,
     SENTENCE_EMBEDDER_GRAPH,
     TEXT_ENCODER_GRAPH,
     ImagePipeline,
+    RetrievalPipeline,
     TextPipeline,
     graph_precision,
 )
@@ -100,6 +102,16 @@ ENDPOINTS: dict[str, Endpoint] = {e.name: e for e in (
         alternatives=(served.triton_default(),
                       served.fastapi("sync", 1, "Pillow decode + hotpath's preprocess + ORT per request"),
                       served.fastapi("async", 2, "Pillow decode + hotpath's preprocess + ORT per request"),
+                      served.pytriton(),
+                      served.model_analyzer())),
+    # One Python model (embedding + faiss search); the two-hop and pgvector comparison is its own run
+    # (python -m hotpath.perf.retrieval_compare, perf/reports/retrieval.md).
+    Endpoint(
+        name="retrieval", unit="queries", payloads={"retrieval": TEXTS}, pipeline=RetrievalPipeline,
+        samples=short_texts, floor_batches=(1, 4, 8, 16), searched_step="retrieval", graph=RETRIEVAL_GRAPH,
+        alternatives=(served.triton_default(),
+                      served.fastapi("sync", 1, "tokenizer + ORT + faiss search per request"),
+                      served.fastapi("async", 2, "tokenizer + ORT + faiss search per request"),
                       served.pytriton(),
                       served.model_analyzer())),
 )}

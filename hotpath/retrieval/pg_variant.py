@@ -17,6 +17,35 @@ from hotpath.config import read_config, to_pbtxt
 SOURCE, VARIANT = "retrieval", "retrieval_pg"
 
 
+def pgvector_params(dsn: str, table: str) -> dict[str, str]:
+    return {"store": "pgvector", "pg_dsn": dsn, "pg_table": table}
+
+
+def variant_model(dest: Path, name: str, params: dict[str, str], export: Path | None = None, source: str = SOURCE,
+                  repository: Path | None = None) -> Path:
+    """`dest/name`: the built `source` model (links to its files) under `name` with `params` set in its
+    config; with `export`, its version 1 serves that build output (corpus, index, graph) instead."""
+    repository = Path(repository or paths.model_repository())
+    config = read_config(repository / source)
+    config.name = name
+    for key, value in params.items():
+        config.parameters[key].string_value = value
+    model = Path(dest) / name
+    model.mkdir()
+    (model / "config.pbtxt").write_text(to_pbtxt(config))
+    for entry in (repository / source).iterdir():   # version dirs, warmup samples: the built model's own
+        if entry.name == "config.pbtxt":
+            continue
+        if export is not None and entry.name == "1":
+            (model / "1").mkdir()
+            for item in entry.iterdir():
+                target = Path(export) if item.name == "export" else item
+                (model / "1" / item.name).symlink_to(target.resolve(), target_is_directory=target.is_dir())
+        else:
+            (model / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+    return model
+
+
 def pgvector_repository(dest: Path, dsn: str, table: str, models: Sequence[str] = (), name: str = VARIANT,
                         source: str = SOURCE, repository: Path | None = None) -> Path:
     """Write the repository at `dest` (new): links to `models` of `repository` (the built one) and `name`,
@@ -24,19 +53,10 @@ def pgvector_repository(dest: Path, dsn: str, table: str, models: Sequence[str] 
     the endpoint under its own name, on pgvector."""
     from hotpath.server.subset import linked
 
-    repository = Path(repository or paths.model_repository())
     dest = Path(dest)
     dest.mkdir(parents=True)
     linked([m for m in models if m != name], dest, repository)
-    config = read_config(repository / source)
-    config.name = name
-    for key, value in (("store", "pgvector"), ("pg_dsn", dsn), ("pg_table", table)):
-        config.parameters[key].string_value = value
-    (dest / name).mkdir()
-    (dest / name / "config.pbtxt").write_text(to_pbtxt(config))
-    for entry in (repository / source).iterdir():   # version dirs, warmup samples: the built model's own
-        if entry.name != "config.pbtxt":
-            (dest / name / entry.name).symlink_to(entry.resolve(), target_is_directory=entry.is_dir())
+    variant_model(dest, name, pgvector_params(dsn, table), source=source, repository=repository)
     return dest
 
 

@@ -57,6 +57,20 @@ def test_fastapi_text_alternative_embeds_like_the_endpoint(grpc_url):
     np.testing.assert_allclose(out["EMBEDDING"][0], ours, atol=1e-4)
 
 
+def test_fastapi_retrieval_alternative_finds_what_the_endpoint_finds(grpc_url):
+    from hotpath.client import RetrievalClient
+
+    query = "compress files with GNU gzip"
+    with RetrievalClient(grpc_url) as c:
+        ours = c.search([query], k=10)[0]   # the spec's default_k, which the alternative answers with
+    with served.fastapi("sync", 1, "").serve(_context(grpc_url, "retrieval")) as target:
+        inp = httpclient.InferInput("TEXT", [1, 1], "BYTES")
+        inp.set_data_from_numpy(np.array([[query.encode()]], dtype=np.object_))
+        result = httpclient.InferenceServerClient(target.url).infer("retrieval", [inp])
+    assert [i.decode() for i in result.as_numpy("IDS")[0]] == [h.id for h in ours]
+    np.testing.assert_allclose(result.as_numpy("SCORES")[0], [h.score for h in ours], atol=1e-4)
+
+
 def test_pytriton_image_alternative_classifies_like_the_endpoint(grpc_url):
     photo = jpeg_photo()
     with ClassificationClient(grpc_url) as c:

@@ -9,6 +9,8 @@ endpoint's output names), one row per input.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from hotpath import paths
@@ -19,6 +21,7 @@ from hotpath.runtime.ort_session import make_session
 SENTENCE_EMBEDDER_GRAPH = "sentence_embedder/1/export/model.onnx"   # text_embedding
 TEXT_ENCODER_GRAPH = "text_encoder/1/model.onnx"                    # text_embedding_exact
 IMAGE_CLASSIFIER_GRAPH = "image_classifier/1/model.onnx"            # image_classification
+RETRIEVAL_GRAPH = "retrieval/1/export/model.onnx"                    # retrieval (its corpus and index beside it)
 
 
 def graph_precision(graph: str) -> str:
@@ -73,3 +76,29 @@ class ImagePipeline:
         pixels = np.stack([preprocess(data) for data in images])
         return dict(zip(self.outputs, self.session.run(None, {"PIXELS": pixels})))
 
+
+
+class RetrievalPipeline:
+    """Query texts -> top-k ids, scores and documents: the retrieval model's own encoder graph, then the
+    index built beside it (faiss HNSW) searched in this process, with no write history (an empty data dir)."""
+
+    def __init__(self, threads: int = 2, allow_spinning: bool = False, graph: str = RETRIEVAL_GRAPH):
+        import tempfile
+
+        from hotpath.config import read_config
+        from hotpath.retrieval.hnsw_store import HnswStore
+
+        self.graph = graph
+        base = (paths.model_repository() / graph).parent
+        self.encoder = TextPipeline(threads, allow_spinning, graph=graph)
+        params = {k: v.string_value for k, v in read_config(base.parent.parent).parameters.items()}
+        self.k = int(params.get("default_k", 10))
+        self._data = tempfile.TemporaryDirectory(prefix="hotpath-retrieval-alt-")
+        self.store = HnswStore(base, Path(self._data.name), ef_search=int(params.get("ef_search", 64)))
+
+    decode = staticmethod(TextPipeline.decode)
+
+    def __call__(self, texts: list[str]) -> dict[str, np.ndarray]:
+        hits = self.store.search(self.encoder(texts)["EMBEDDING"], self.k)
+        return {"IDS": np.array(hits.ids, dtype=np.object_), "SCORES": hits.scores,
+                "DOCUMENTS": np.array(hits.documents, dtype=np.object_)}

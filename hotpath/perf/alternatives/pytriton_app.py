@@ -45,7 +45,7 @@ def main() -> None:
         dtype = bytes if name == "STRING" else triton_to_np_dtype(name)
         return Tensor(name=t.name, dtype=dtype, shape=tuple(t.dims))
 
-    (inp,) = config.input
+    (inp,) = [i for i in config.input if not i.optional]   # optional ones (retrieval's TOP_K, OP, ID): defaults
 
     @batch
     def infer(**inputs):
