@@ -9,6 +9,7 @@ without, to show which requests a dying replica takes down when nothing retries 
 """
 
 import argparse
+import os
 import signal
 import sys
 from datetime import datetime, timezone
@@ -48,6 +49,7 @@ def main() -> int:
     # A timeout's SIGTERM unwinds the with-blocks, so no tritonserver or NGINX outlives the script.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     quiet = require_quiet(args.allow_busy)
+    load_before = os.getloadavg()
     text = next(e for e in load_endpoints("cpu") if e.name == "text_embedding")
     repository = linked(text.models)
     rows = []
@@ -60,6 +62,7 @@ def main() -> int:
                                      client_retries=client_retries, headers=headers)
             rows.append(_row(front, client_retries, r))
             print(rows[-1], flush=True)
+    load_after = os.getloadavg()
     command = "perf/failover.py" + ("" if fronts == list(failover.FRONTS) else f' --fronts "{args.fronts}"') + \
         (" --allow-busy" if args.allow_busy else "")
     REPORT.write_text("\n".join([
@@ -71,7 +74,8 @@ def main() -> int:
         f"tenant gateway (`hotpath.gateway`: token, rate limit, admission cap {3 * admission_cap('cpu')} in flight, sized as "
         f"`python -m hotpath.gateway serve` sizes it) or the bare replica balancer (`hotpath.scaleout.balancer`); "
         f"{CLIENTS} closed-loop clients send unique texts for {DURATION_S:g} s; the first replica gets SIGKILL "
-        f"(with its Python stubs) after {KILL_AFTER_S:g} s. Machine: {quiet.summary()}.",
+        f"(with its Python stubs) after {KILL_AFTER_S:g} s. Machine: {quiet.summary()}; load average (1/5/15 min) "
+        f"{' / '.join(f'{x:.2f}' for x in load_before)} before, {' / '.join(f'{x:.2f}' for x in load_after)} after.",
         "",
         "| front | client retries (gRPC retry policy on ModelInfer) | calls | broken mid-call at the front "
         "(UNAVAILABLE) | passed on by NGINX before sending | failed for the client: broken by the kill | "
