@@ -34,5 +34,5 @@ def open_store(params: dict[str, str], data_dir: Path, base_dir: Path | None = N
     if kind == "pgvector":
         from hotpath.retrieval.pgvector_store import PgVectorStore
 
-        return PgVectorStore.from_params(params)
+        return PgVectorStore.from_params(params, base_dir)   # seeds a new table from the build
     raise ValueError(f"store must be one of {', '.join(STORES)}, got {kind!r}")

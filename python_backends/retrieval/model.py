@@ -81,14 +81,16 @@ class TritonPythonModel:
             if searches:
                 k = max(p.k for p in searches)
                 hits = self.store.search(vectors[at:], k)
+                found = max(sum(1 for i in r if i) for r in hits.ids)   # what the store had; rows pad with ""
                 row = 0
                 for p in searches:
-                    n, width = len(p.texts), min(p.k, self.store.count())
+                    n, width = len(p.texts), min(p.k, found)
                     results[id(p)] = ([r[:width] for r in hits.ids[row:row + n]], hits.scores[row:row + n, :width],
                                       [r[:width] for r in hits.documents[row:row + n]])
                     row += n
         except Exception as exc:  # a fault of ours or of the store, not an input's
-            fault = pb_utils.TritonError(f"retrieval: internal error: {type(exc).__name__}: {exc}")
+            code = pb_utils.TritonError.UNAVAILABLE if isinstance(exc, ConnectionError) else pb_utils.TritonError.INTERNAL
+            fault = pb_utils.TritonError(f"retrieval: internal error: {type(exc).__name__}: {exc}", code)
         responses = []
         for p in parsed:
             if p.error is not None:
