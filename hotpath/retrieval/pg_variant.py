@@ -9,7 +9,7 @@ benchmark serve it next to the in-process one; a fleet sets the same parameters 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from hotpath import paths
 from hotpath.config import read_config, to_pbtxt
@@ -22,14 +22,17 @@ def pgvector_params(dsn: str, table: str) -> dict[str, str]:
 
 
 def variant_model(dest: Path, name: str, params: dict[str, str], export: Path | None = None, source: str = SOURCE,
-                  repository: Path | None = None) -> Path:
+                  repository: Path | None = None, edit: Callable | None = None) -> Path:
     """`dest/name`: the built `source` model (links to its files) under `name` with `params` set in its
-    config; with `export`, its version 1 serves that build output (corpus, index, graph) instead."""
+    config (and `edit(config)` applied); with `export`, its version 1 serves that build output (corpus,
+    index, graph) instead."""
     repository = Path(repository or paths.model_repository())
     config = read_config(repository / source)
     config.name = name
     for key, value in params.items():
         config.parameters[key].string_value = value
+    if edit is not None:
+        edit(config)
     model = Path(dest) / name
     model.mkdir()
     (model / "config.pbtxt").write_text(to_pbtxt(config))
