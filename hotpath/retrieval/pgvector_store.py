@@ -62,13 +62,15 @@ class PgVectorStore:
 
     @classmethod
     def from_params(cls, params: dict, base_dir: Path | None = None) -> PgVectorStore:
-        """From a spec's store parameters (strings, as Triton passes model parameters): `pg_dsn` (or env
-        HOTPATH_PG_DSN), `pg_table`, `dim` and the HNSW `m`, `ef_construction`, `ef_search` (each else the
+        """From a spec's store parameters (strings, as Triton passes model parameters): the DSN (env
+        HOTPATH_PG_DSN, else `pg_dsn`), `pg_table`, `dim` and the HNSW `m`, `ef_construction`, `ef_search` (each else the
         build manifest's). With `base_dir` (the in-process store's build output: corpus + index), a table never
         seeded gets that corpus once (hotpath.retrieval.pgvector_seed), so every replica starts complete."""
-        dsn = _param(params, "pg_dsn") or os.environ.get(DSN_ENV)
+        from hotpath import settings
+
+        dsn = settings.pg_dsn() or _param(params, "pg_dsn")   # the deployment's environment first, as data_dir
         if not dsn:
-            raise ValueError(f"store = 'pgvector' needs the parameter pg_dsn or the environment variable {DSN_ENV}")
+            raise ValueError(f"store = 'pgvector' needs the environment variable {DSN_ENV} or the parameter pg_dsn")
         build: dict = {}
         if base_dir is not None:   # the build's HNSW settings are the defaults: both stores index alike
             from hotpath.retrieval.pgvector_seed import manifest

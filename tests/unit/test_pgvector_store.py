@@ -160,6 +160,8 @@ def test_from_params_reads_the_spec_and_the_environment(pg, table, monkeypatch):
     assert s._conn.execute("SHOW hnsw.ef_search").fetchone()[0] == "77"
     monkeypatch.setenv(DSN_ENV, pg.dsn)
     assert PgVectorStore.from_params({"dim": DIM, "pg_table": table}).count() == 0
+    unreachable = "postgresql://postgres@127.0.0.1:1/postgres"
+    assert PgVectorStore.from_params({"pg_dsn": unreachable, "dim": DIM, "pg_table": table}).dsn == pg.dsn  # env first
     assert PgVectorStore.from_params({"pg_dsn": pg.dsn, "pg_table": table}).dim == DIM   # the table's
     monkeypatch.delenv(DSN_ENV)
     with pytest.raises(ValueError, match="pg_dsn"):
