@@ -6,6 +6,8 @@ one decoder call per step and streams tokens back through each request's respons
 Input faults get INVALID_ARGUMENT; a full admission queue or a shutdown gets UNAVAILABLE.
 """
 
+import os
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 from tokenizers import Tokenizer
@@ -80,8 +82,12 @@ class TritonPythonModel:
         self.engine.warmup()
         if p.get("reuse_prefix", "true").lower() in ("1", "true"):
             self.engine.set_prefix(shared_prefix(self.tokenizer, info.chat_template, info.bos_token, info.eos_token))
+        # `load` (this stub's pid) keeps each load's metrics apart: Triton shares one prometheus child
+        # between same-named families with equal labels, and an old version's unload during a reload
+        # would free the new one's (a heap corruption of tritonserver, seen with hotpath.perf.reload).
         self.metrics = EngineMetrics(pb_utils, self.engine, {"model": args["model_name"],
-                                                             "version": str(args["model_version"])})
+                                                             "version": str(args["model_version"]),
+                                                             "load": str(os.getpid())})
         self.engine.start()
         self.metrics.start()
 

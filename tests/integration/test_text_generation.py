@@ -169,8 +169,10 @@ def _http_generate_status(http_url, prompt, params):
     ("hi", {"temperature": -0.5}, "TEMPERATURE"),
     ("hi", {"top_p": 0.0}, "TOP_P"),
     ("word " * 600, {}, "tokens after the chat template"),
+    ("hi", {"history": ["a user turn without its reply"]}, "HISTORY must alternate"),
+    ("hi", {"history": ["word " * 300, "word " * 300]}, "tokens after the chat template"),
 ], ids=["empty", "non-utf8", "max-tokens-0", "max-tokens-negative", "max-tokens-huge", "temperature-negative",
-        "top-p-0", "prompt-too-long"])
+        "top-p-0", "prompt-too-long", "history-odd", "history-too-long"])
 def test_bad_inputs_get_invalid_argument(triton, client, prompt, params, message):
     with pytest.raises(ClientError, match=message):
         client.generate(prompt, **params)
@@ -277,3 +279,42 @@ def test_generation_metrics_are_published(triton, client):
     assert _metric(triton, "hotpath_generation_ttft_seconds_bucket", model="text_generation", le="+Inf") >= ttft + 1
     for name in ("kv_used_tokens", "running", "waiting", "preemptions_total"):
         assert _metric(triton, f"hotpath_generation_{name}", model="text_generation") >= 0
+
+
+def test_reloads_keep_the_server_and_one_series_per_metric(tmp_path):
+    """A reload (new config, then the old one back) loads a second copy before unloading the first: the
+    two loads' custom metrics must not share series (Triton frees a shared one with the old load)."""
+    from hotpath.perf.generation_compare import no_prefix_cache
+    from hotpath.perf.reload import reconfigured
+    from hotpath.server.ports import ServerPorts, free_ports
+    from hotpath.server.process import LocalTriton
+    from hotpath.server.subset import linked
+
+    http, grpc, metrics = free_ports(3)
+    server = LocalTriton(linked(["text_generation"], tmp_path), model_control="explicit",
+                         ports=ServerPorts(http, grpc, metrics), log=lambda m: None)
+    server.start()
+
+    def generate():   # a client per load: an open gRPC stream keeps the version it used loaded
+        with GenerationClient(server.grpc_url, timeout_s=120) as c:
+            assert c.generate(PROMPTS[4], max_tokens=4).completion_tokens >= 1
+
+    def series():
+        with urllib.request.urlopen(server.metrics_url) as r:
+            return [line for line in r.read().decode().splitlines()
+                    if line.startswith("hotpath_generation_kv_capacity_tokens{")]
+
+    try:
+        generate()
+        with reconfigured(server.grpc_url, {"text_generation": no_prefix_cache}):
+            generate()
+        generate()
+        for _ in range(100):   # old versions unload in the background
+            if len(series()) == 1:
+                break
+            time.sleep(0.1)
+        assert server.process.poll() is None
+        assert len(series()) == 1, series()   # the unloaded copies' series left with them
+        generate()
+    finally:
+        server.stop()

@@ -1,6 +1,7 @@
 """The generation engine's state as Triton custom metrics (python_backend's `pb_utils.MetricFamily`).
 
-Published on Triton's metrics port beside its own `nv_*` metrics, with labels model and version:
+Published on Triton's metrics port beside its own `nv_*` metrics, with labels model, version and
+load (the caller's; one value per model load, so a reload never shares a series with the old load):
 
   hotpath_generation_kv_used_tokens / _kv_capacity_tokens   gauges: KV positions in use / the pool's budget
   hotpath_generation_running / _waiting                      gauges: sequences generating / waiting for admission
