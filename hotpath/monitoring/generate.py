@@ -11,7 +11,7 @@ from hotpath import paths
 from hotpath.monitoring.adapter import adapter_config, hpa_target_patch
 from hotpath.monitoring.dashboard import dashboard
 from hotpath.monitoring.endpoints import Endpoint, load_endpoints, profiles
-from hotpath.monitoring.generation import generation_dashboard
+from hotpath.monitoring.generation import generation_dashboard, streaming_alerts
 from hotpath.monitoring.rules import rule_file
 from hotpath.perf.streaming import load_streaming_slos
 
@@ -34,12 +34,14 @@ def outputs(root: Path | None = None, repository: Path | None = None) -> dict[Pa
     files = {}
     for profile in profiles():
         endpoints = load_endpoints(profile, repository)
-        files[root / "monitoring" / "rules" / f"hotpath-{profile}.rules.yml"] = _yaml(rule_file(endpoints))
+        streaming = list(load_streaming_slos(profile).values())
+        files[root / "monitoring" / "rules" / f"hotpath-{profile}.rules.yml"] = _yaml(
+            rule_file(endpoints, streaming_alerts(streaming)))
         files[root / "deploy" / "overlays" / profile / "hpa-target.yaml"] = _yaml(hpa_target_patch(endpoints))
         if profile == "cpu":   # dashboards and adapter rules do not depend on the targets
             for e in endpoints:
                 files[root / "monitoring" / "dashboards" / f"{e.name}.json"] = json.dumps(dashboard(e), indent=2) + "\n"
-            for slo in load_streaming_slos(profile).values():
+            for slo in streaming:
                 board = generation_dashboard(slo.endpoint, slo.ttft_p95_ms, slo.itl_p95_ms)
                 files[root / "monitoring" / "dashboards" / f"{slo.endpoint}.json"] = json.dumps(board, indent=2) + "\n"
             files[root / "deploy" / "prometheus-adapter" / "config.yaml"] = _yaml(adapter_config(endpoints))

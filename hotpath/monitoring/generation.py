@@ -10,20 +10,45 @@ from __future__ import annotations
 from hotpath.monitoring import promql as q
 from hotpath.monitoring.dashboard import WHERE, WINDOW, Panel, _panel_json, dashboard
 from hotpath.monitoring.endpoints import Endpoint
+from hotpath.monitoring.rules import Alert
 from hotpath.runtime.generation.metrics import PREFIX
 
-
-def _m(metric: str, name: str) -> str:
-    return f'{PREFIX}{metric}{{model="{name}",{WHERE}}}'
+PREEMPTIONS_PER_S_MAX = 0.1   # sustained preemption: the KV budget is too small for the load
 
 
-def _rate(metric: str, name: str, by: str = "") -> str:
-    return f"sum{f' by ({by})' if by else ''} (rate({_m(metric, name)}[{WINDOW}]))"
+def _m(metric: str, name: str, where: str = WHERE) -> str:
+    return f'{PREFIX}{metric}{{model="{name}"{"," + where if where else ""}}}'
 
 
-def token_quantile_ms(histogram: str, name: str, quantile: str) -> str:
+def _rate(metric: str, name: str, by: str = "", window: str = WINDOW, where: str = WHERE) -> str:
+    return f"sum{f' by ({by})' if by else ''} (rate({_m(metric, name, where)}[{window}]))"
+
+
+def token_quantile_ms(histogram: str, name: str, quantile: str, window: str = WINDOW, where: str = WHERE) -> str:
     """A quantile of a latency histogram (seconds) over every replica, in ms."""
-    return f"histogram_quantile({quantile}, {_rate(histogram + '_bucket', name, 'le')}) * 1000"
+    return f"histogram_quantile({quantile}, {_rate(histogram + '_bucket', name, 'model, le', window, where)}) * 1000"
+
+
+def streaming_alerts(slos) -> list[Alert]:
+    """TTFT and ITL p95 over their perf/slo.toml targets, and sustained preemption, per streaming endpoint."""
+    alerts = []
+    for slo in slos:
+        name = slo.endpoint
+        for short, histogram, target in (("TTFT", "ttft_seconds", slo.ttft_p95_ms),
+                                         ("ITL", "itl_seconds", slo.itl_p95_ms)):
+            p95 = token_quantile_ms(histogram, name, "0.95", "5m", "")
+            alerts.append(Alert(
+                f"Hotpath{short}OverTarget", f"{p95} > {target}", f"{p95} > bool {target}", "5m", "page", name,
+                f"{name}: {short} p95 above its {target:g} ms target",
+                f"{short} p95 is " + "{{ $value | printf \"%.0f\" }} ms (target " + f"{target:g} ms, perf/slo.toml). "
+                "Check KV occupancy and waiting streams on the dashboard: waiting means add replicas."))
+        rate = _rate("preemptions_total", name, "model", "5m", "")
+        alerts.append(Alert(
+            "HotpathKVPreempting", f"{rate} > {PREEMPTIONS_PER_S_MAX}", f"{rate} > bool {PREEMPTIONS_PER_S_MAX}",
+            "15m", "warning", name, f"{name}: streams keep being preempted for KV memory",
+            "{{ $value | printf \"%.2f\" }} preemptions/s over 5 minutes: preempted streams recompute their "
+            "context. Raise kv_tokens (memory) or add replicas."))
+    return alerts
 
 
 def generation_panels(name: str, ttft_target_ms: float, itl_target_ms: float) -> list[Panel]:

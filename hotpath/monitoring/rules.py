@@ -138,11 +138,13 @@ def all_alerts(endpoints: list[Endpoint]) -> list[Alert]:
     return [a for e in endpoints for a in endpoint_alerts(e)] + replica_alerts()
 
 
-def rule_file(endpoints: list[Endpoint]) -> dict:
-    """The rule file as Prometheus reads it (`rule_files:`).
+def rule_file(endpoints: list[Endpoint], extra_alerts: list[Alert] = ()) -> dict:
+    """The rule file as Prometheus reads it (`rule_files:`); `extra_alerts` after the endpoints' (the
+    streaming endpoints', hotpath.monitoring.generation).
 
     One group: Prometheus runs groups concurrently but a group's rules in order, so every alert sees
     the recorded series of the same evaluation, never last round's.
     """
-    rules = [r.to_dict() for r in recording_rules(endpoints)] + [a.to_dict() for a in all_alerts(endpoints)]
+    alerts = all_alerts(endpoints) + list(extra_alerts)
+    rules = [r.to_dict() for r in recording_rules(endpoints)] + [a.to_dict() for a in alerts]
     return {"groups": [{"name": "hotpath", "rules": rules}]}

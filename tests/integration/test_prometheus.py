@@ -15,7 +15,7 @@ from hotpath.client import ClassificationClient, ClientError, EmbeddingClient, G
 from hotpath.engines import build_repository
 from hotpath.monitoring.dashboard import GPU_METRICS, expressions
 from hotpath.monitoring.endpoints import load_endpoints
-from hotpath.monitoring.generation import generation_dashboard
+from hotpath.monitoring.generation import generation_dashboard, streaming_alerts
 from hotpath.monitoring.local import LocalPrometheus
 from hotpath.monitoring.rules import all_alerts, recording_rules
 from hotpath.perf.payloads import jpeg_photo
@@ -225,3 +225,11 @@ def test_generation_metrics_agree_with_the_chats(generation_scraped):
     p95 = _has_data(generation_scraped, _concrete(
         generation_dashboard("text_generation", 1.0, 1.0)["panels"][1]["targets"][1]["expr"]))
     assert 0 < p95[0] < 10_000   # ITL p95 in ms from the histogram
+
+
+def test_generation_alert_probes_return_data(generation_scraped):
+    alerts = streaming_alerts(load_streaming_slos(PROFILE).values())
+    assert {a.alert for a in alerts} == {"HotpathTTFTOverTarget", "HotpathITLOverTarget", "HotpathKVPreempting"}
+    for alert in alerts:
+        values = _has_data(generation_scraped, alert.probe)
+        assert all(v in (0.0, 1.0) for v in values), (alert.alert, values)
