@@ -109,10 +109,11 @@ class Failover:
         return [h for h in self.hops if h.uri.endswith("/ModelInfer")]
 
     def served_share(self, after: bool) -> dict[str, int]:
-        """Inference requests answered per replica before (or after) the kill."""
+        """Inference requests answered per replica: finished before the kill, or (`after`) started once
+        the killed replica was gone (a call it had already taken may still finish after the signal)."""
         out: dict[str, int] = {}
         for h in self.infer_hops:
-            if (h.at >= self.kill_at) == after and h.status == 200:
+            if (h.started >= self.dead_at if after else h.at < self.kill_at) and h.status == 200:
                 out[h.served_by] = out.get(h.served_by, 0) + 1
         return out
 
