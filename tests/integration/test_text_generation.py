@@ -281,40 +281,80 @@ def test_generation_metrics_are_published(triton, client):
         assert _metric(triton, f"hotpath_generation_{name}", model="text_generation") >= 0
 
 
-def test_reloads_keep_the_server_and_one_series_per_metric(tmp_path):
-    """A reload (new config, then the old one back) loads a second copy before unloading the first: the
-    two loads' custom metrics must not share series (Triton frees a shared one with the old load)."""
-    from hotpath.perf.generation_compare import no_prefix_cache
-    from hotpath.perf.reload import reconfigured
+@pytest.fixture(scope="module")
+def explicit(tmp_path_factory):
+    """A second tritonserver serving only text_generation, with explicit model control (reloads)."""
+    from hotpath.engines import build_repository
     from hotpath.server.ports import ServerPorts, free_ports
     from hotpath.server.process import LocalTriton
     from hotpath.server.subset import linked
 
+    build_repository()  # incremental, as the session server's
     http, grpc, metrics = free_ports(3)
-    server = LocalTriton(linked(["text_generation"], tmp_path), model_control="explicit",
+    server = LocalTriton(linked(["text_generation"], tmp_path_factory.mktemp("repository")), model_control="explicit",
                          ports=ServerPorts(http, grpc, metrics), log=lambda m: None)
     server.start()
+    yield server
+    server.stop()
 
-    def generate():   # a client per load: an open gRPC stream keeps the version it used loaded
-        with GenerationClient(server.grpc_url, timeout_s=120) as c:
-            assert c.generate(PROMPTS[4], max_tokens=4).completion_tokens >= 1
+
+def _generate(url, prompt, max_tokens=4) -> Generation:
+    with GenerationClient(url, timeout_s=300) as c:   # a client per call: an open stream pins the version it used
+        return c.generate(prompt, max_tokens=max_tokens)
+
+
+def test_reloads_keep_the_server_and_one_series_per_metric(explicit):
+    """A reload (new config, then the old one back) loads a second copy before unloading the first: the
+    two loads' custom metrics must not share series (Triton frees a shared one with the old load)."""
+    from hotpath.perf.generation_compare import no_prefix_cache
+    from hotpath.perf.reload import reconfigured
 
     def series():
-        with urllib.request.urlopen(server.metrics_url) as r:
+        with urllib.request.urlopen(explicit.metrics_url) as r:
             return [line for line in r.read().decode().splitlines()
                     if line.startswith("hotpath_generation_kv_capacity_tokens{")]
 
-    try:
-        generate()
-        with reconfigured(server.grpc_url, {"text_generation": no_prefix_cache}):
-            generate()
-        generate()
-        for _ in range(100):   # old versions unload in the background
-            if len(series()) == 1:
-                break
-            time.sleep(0.1)
-        assert server.process.poll() is None
-        assert len(series()) == 1, series()   # the unloaded copies' series left with them
-        generate()
-    finally:
-        server.stop()
+    assert _generate(explicit.grpc_url, PROMPTS[4]).completion_tokens >= 1
+    with reconfigured(explicit.grpc_url, {"text_generation": no_prefix_cache}):
+        assert _generate(explicit.grpc_url, PROMPTS[4]).completion_tokens >= 1
+    assert _generate(explicit.grpc_url, PROMPTS[4]).completion_tokens >= 1
+    for _ in range(100):   # old versions unload in the background
+        if len(series()) == 1:
+            break
+        time.sleep(0.1)
+    assert explicit.process.poll() is None
+    assert len(series()) == 1, series()   # the unloaded copies' series left with them
+    assert _generate(explicit.grpc_url, PROMPTS[4]).completion_tokens >= 1
+
+
+def _tight_kv(config):
+    """512 KV positions for 8 streams: 8 fit at 64 positions each, 2 at 256."""
+    config.parameters["kv_tokens"].string_value = "512"
+    return config
+
+
+def test_streams_beyond_the_kv_budget_wait_or_are_preempted_and_keep_their_tokens(explicit):
+    from hotpath.perf.reload import reconfigured
+
+    jobs = PROMPTS * 2   # 12 streams growing to ~140 positions: at most 2 fit at once
+    alone = {p: _generate(explicit.grpc_url, p, 100).token_ids for p in PROMPTS}
+    with reconfigured(explicit.grpc_url, {"text_generation": _tight_kv}):
+        before = _metric(explicit, "hotpath_generation_preemptions_total", model="text_generation")
+        results, errors = {}, []
+
+        def run(i, prompt):
+            try:
+                results[i] = _generate(explicit.grpc_url, prompt, 100)
+            except Exception as exc:  # surfaced below with the prompt
+                errors.append((prompt, exc))
+
+        threads = [threading.Thread(target=run, args=(i, p)) for i, p in enumerate(jobs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        preempted = _published(explicit, "hotpath_generation_preemptions_total", before, model="text_generation")
+    assert not errors, errors
+    for i, prompt in enumerate(jobs):
+        assert results[i].token_ids == alone[prompt], prompt
+    assert preempted > before

@@ -199,8 +199,8 @@ class Engine:
         """One prefill and one decode call on slot 0, so the first request does not pay ORT's
         first-run allocations; the pool is left as it was (nothing is written back)."""
         self.decoder.run(np.zeros((1, min(16, self.settings.prefill_chunk)), np.int64), np.zeros(1), self.pool, 0)
-        self.decoder.run(np.zeros((self.settings.max_batch, 1), np.int64), np.zeros(self.settings.max_batch),
-                         self.pool, 0)
+        rows = self.pool.room(self.pool.view)   # max_batch, or fewer when the KV budget is tight
+        self.decoder.run(np.zeros((rows, 1), np.int64), np.zeros(rows), self.pool, 0)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="generation-loop", daemon=True)
