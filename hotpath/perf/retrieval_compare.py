@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import sys
 import tempfile
 import time
@@ -185,8 +186,8 @@ def measure_system(name: str, connect: Callable[[], Search], queries: list[str],
     for c in concurrency:
         from hotpath.perf.generation_compare import wait_quiet
 
-        wait_quiet(_log)
-        p = closed_loop(name, connect, queries, c, duration_s)
+        others = wait_quiet(_log)
+        p = dataclasses.replace(closed_loop(name, connect, queries, c, duration_s), others_cores=others)
         points.append(p)
         _log(f"{name:>16} c={c}: p50 {p.p50_ms:6.2f} ms  p95 {p.p95_ms:6.2f} ms  {p.throughput:7.1f}/s  "
              f"errors {p.errors}{'  first: ' + p.first_error[:120] if p.errors else ''}")

@@ -49,6 +49,7 @@ class Point:
     p50_ms: float
     p95_ms: float
     first_error: str = ""
+    others_cores: float | None = None   # CPU other processes used just before the point (None: not read)
 
     @property
     def throughput(self) -> float:

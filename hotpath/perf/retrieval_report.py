@@ -39,8 +39,10 @@ def render_report(systems, points: list[Point], recall: dict[str, float], facts:
         "# Retrieval: one call vs two hops vs FastAPI; in-process index vs pgvector", "",
         f"Produced by `{command}` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
         f"{os.cpu_count()} cores; machine before the run: {facts['quiet']}.", "",
-        f"- Corpus: the `retrieval` build of `make engines`: {facts['documents']} Debian package descriptions, the "
-        f"same documents and the very vectors of its faiss index COPYed into pgvector; both stores HNSW with "
+        f"- Corpus: {facts['documents']} Debian package descriptions, "
+        + ("every package (the endpoint's own exporter with `limit = 0`, built once into the work dir: "
+           "hotpath.perf.retrieval_corpus)" if facts.get("corpus") == "full" else "the `make engines` build")
+        + "; the same documents and the very vectors of its faiss index COPYed into pgvector; both stores HNSW with "
         f"M={facts['M']}, ef_construction={facts['ef_construction']}, ef_search={facts['ef_search']}, inner product.",
         f"- Queries: {facts['queries']} one-line synopses of Python's standard library modules (real search phrases "
         "that are in no document). recall@10 is against exact inner-product search over the whole corpus, with the "
@@ -49,7 +51,7 @@ def render_report(systems, points: list[Point], recall: dict[str, float], facts:
         f"concurrent request, each with its own connection), {duration_s:g} s per point, k = 10. Throughput at the "
         f"p95 target ({p95:g} ms, perf/slo.toml) is the best over concurrency {list(concurrency)} with p95 within it. "
         f"The in-process floor (RetrievalPipeline, batch 1, make engines' build) measured {facts['floor_ms']:.2f} ms "
-        "p50 in this run (slo.toml's floor_reference_ms).",
+        "p50 in this run (perf/slo.toml's floor_reference_ms for retrieval, its relative verdict's reference).",
         "- Servers: one tritonserver serving `retrieval`, `retrieval_pg` (the same model with store = \"pgvector\") "
         "and `text_embedding` (its response cache off), then the FastAPI app alone; Postgres 16 on loopback TCP "
         "(shared_buffers 512MB) on the same 2 cores, as a co-located database would be.",
@@ -65,15 +67,18 @@ def render_report(systems, points: list[Point], recall: dict[str, float], facts:
                      f"{tput:.1f}/s{f' (c={at})' if at else ''} | {_ms(top, 'p95_ms')} | {how} |" if r is not None
                      else f"| {title} | {hops} | - | - | - | - | - | not measured |")
     lines += _ratios(systems, points, p95)
-    lines += ["", "Every point (p50 / p95 / requests per second; errors):", "",
+    lines += ["", "Every point (p50 / p95 / requests per second; errors; CPU other processes used just before it, "
+              "when above the quiet limit: the host is shared, and each point waits up to 90 s for it to be quiet):", "",
               "| system | " + " | ".join(f"c={c}" for c in concurrency) + " |",
               "|---|" + "---|" * len(concurrency)]
     for name in systems:
         cells = []
         for c in concurrency:
             p = _at(points, name, c)
+            others = getattr(p, "others_cores", None)
             cells.append(f"{p.p50_ms:.2f} / {p.p95_ms:.2f} ms, {p.throughput:.1f}/s"
-                         + (f", {p.errors} errors" if p.errors else "") if p else "-")
+                         + (f", {p.errors} errors" if p.errors else "")
+                         + (f", others {others:.1f} cores" if others and others > 0.2 else "") if p else "-")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     lines += _stores(facts)
     return lines
