@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from hotpath import paths
-from hotpath.client import ClassificationClient, ClientError, EmbeddingClient, GenerationClient
+from hotpath.client import ClassificationClient, ClientError, EmbeddingClient, GenerationClient, RetrievalClient
 from hotpath.engines import build_repository
 from hotpath.monitoring.dashboard import GPU_METRICS, expressions
 from hotpath.monitoring.endpoints import load_endpoints
@@ -30,8 +30,8 @@ RULES = paths.ROOT / "monitoring" / "rules" / f"hotpath-{PROFILE}.rules.yml"
 
 
 def _load(server: LocalTriton, seconds: float) -> dict[str, int]:
-    """Two clients for `seconds`: texts (a third repeated, for cache hits) and images (some corrupt)."""
-    counts = {"text": 0, "image": 0, "bad_image": 0}
+    """Three clients for `seconds`: texts (a third repeated, for cache hits), images (some corrupt) and searches."""
+    counts = {"text": 0, "image": 0, "bad_image": 0, "search": 0}
     photo = jpeg_photo(256)
     stop = time.monotonic() + seconds
 
@@ -56,7 +56,15 @@ def _load(server: LocalTriton, seconds: float) -> dict[str, int]:
                     counts["image"] += 1
                 i += 1
 
-    threads = [threading.Thread(target=f) for f in (texts, images)]
+    def searches():
+        with RetrievalClient(server.grpc_url) as client:
+            i = 0
+            while time.monotonic() < stop:
+                client.search([f"a tool for monitoring number {i}"], k=5)
+                counts["search"] += 1
+                i += 1
+
+    threads = [threading.Thread(target=f) for f in (texts, images, searches)]
     for t in threads:
         t.start()
     for t in threads:
@@ -108,7 +116,7 @@ def _concrete(expr: str) -> str:
 
 def test_load_ran(scraped):
     _, counts, _ = scraped
-    assert counts["text"] > 20 and counts["image"] > 5 and counts["bad_image"] >= 1
+    assert counts["text"] > 20 and counts["image"] > 5 and counts["bad_image"] >= 1 and counts["search"] > 5
 
 
 def test_every_dashboard_expression_returns_data(scraped):
