@@ -75,7 +75,8 @@ def split_corpus(docs: list, limit: int, queries: int, include: tuple[str, ...] 
     missing = [i for i in include if i not in by_id]
     if missing:
         raise BuildError(f"the corpus has no document {', '.join(missing)} (hotpath.index.include)")
-    order = sorted((d for d in docs if d.id not in set(include)), key=lambda d: _rank(d.id))
+    included = set(include)
+    order = sorted((d for d in docs if d.id not in included), key=lambda d: _rank(d.id))
     if limit and len(include) + limit + queries <= len(docs):
         keep = limit - len(include)
         chosen, held = [by_id[i] for i in include] + order[:keep], order[keep:keep + queries]

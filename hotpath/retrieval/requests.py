@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from hotpath.runtime.text import TextInputError, decode_utf8
+from hotpath.runtime.text import TextInputError, decode_utf8, text_limits
 
 OPS = ("search", "upsert", "delete")
 
@@ -27,10 +27,9 @@ class Limits:
 
     @classmethod
     def from_params(cls, params: dict[str, str]) -> "Limits":
-        def opt(key):
-            return int(params[key]) if key in params else None
-        return cls(int(params.get("default_k", 10)), int(params.get("max_k", 100)), opt("max_text_bytes"),
-                   opt("max_text_chars"), int(params.get("max_id_bytes", 512)))
+        text = text_limits(params)   # the per-text limits every text model reads
+        return cls(int(params.get("default_k", 10)), int(params.get("max_k", 100)), text["max_bytes"],
+                   text["max_chars"], int(params.get("max_id_bytes", 512)))
 
 
 @dataclass

@@ -16,12 +16,8 @@ from hotpath.retrieval.open import data_dir_of, open_store
 from hotpath.retrieval.requests import Limits, parse_request
 from hotpath.retrieval.store import write_all
 from hotpath.runtime.backend_args import parameters, version_dir
-from hotpath.runtime.split_run import SplitRunner
-from hotpath.runtime.text import encode, load_tokenizer
+from hotpath.runtime.embedder import EXPORT_DIR, Embedder
 from hotpath.runtime.timing import ExecuteLog, timed
-
-EXPORT_DIR = "export"
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 def _optional(request, name):
@@ -38,10 +34,7 @@ class TritonPythonModel:
         self.execute_log = ExecuteLog.open(args)
         params = parameters(args)
         folder = version_dir(args)
-        self.tokenizer = load_tokenizer(folder / params.get("tokenizer_file", "tokenizer.json"),
-                                        max_length=int(params["max_length"]))
-        self.encoder = SplitRunner(folder / EXPORT_DIR / "model.onnx",
-                                   threads=int(params.get("intra_op_thread_count", 1)))
+        self.embedder = Embedder(folder, params)   # text_embedding's vectors, built the same way
         self.limits = Limits.from_params(params)
         self.store = open_store(params, data_dir_of(params, args["model_name"], paths.work_dir()),
                                 base_dir=folder / EXPORT_DIR)
@@ -49,8 +42,7 @@ class TritonPythonModel:
     def _embed(self, texts):
         if not texts:
             return np.zeros((0, self.store.dim), dtype=np.float32)
-        feeds = encode(self.tokenizer, texts)
-        return self.encoder.run({n: feeds[n] for n in INPUTS})
+        return self.embedder.embed(texts)
 
     @timed
     def execute(self, requests):

@@ -14,29 +14,19 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from hotpath.runtime.backend_args import parameters, version_dir
-from hotpath.runtime.split_run import SplitRunner
-from hotpath.runtime.text import encode, gather_texts, load_tokenizer, text_limits
+from hotpath.runtime.embedder import Embedder
+from hotpath.runtime.text import gather_texts, text_limits
 from hotpath.runtime.timing import ExecuteLog, timed
-
-EXPORT_DIR = "export"
-INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 
 class TritonPythonModel:
     def initialize(self, args):
         self.execute_log = ExecuteLog.open(args)
         params = parameters(args)
-        folder = version_dir(args)
-        self.tokenizer = load_tokenizer(folder / params.get("tokenizer_file", "tokenizer.json"),
-                                        max_length=int(params["max_length"]),
-                                        pad_to_multiple_of=int(params.get("pad_to_multiple_of", 0)) or None)
-        self.limits = text_limits(params)
         # One text runs on every intra-op thread; a batch is cut by length into one single-thread run
         # per thread, at the same time (hotpath.runtime.split_run: low latency alone, throughput in load).
-        self.encoder = SplitRunner(
-            folder / EXPORT_DIR / "model.onnx", threads=int(params.get("intra_op_thread_count", 1)),
-            split_from=int(params.get("split_from", 2)),
-            allow_spinning=params.get("allow_spinning", "false").lower() in ("1", "true"))
+        self.embedder = Embedder(version_dir(args), params)
+        self.limits = text_limits(params)
 
     @timed
     def execute(self, requests):
@@ -45,8 +35,7 @@ class TritonPythonModel:
         embeddings, fault = None, None
         if texts:
             try:
-                feeds = encode(self.tokenizer, texts)
-                embeddings = self.encoder.run({n: feeds[n] for n in INPUTS})
+                embeddings = self.embedder.embed(texts)
             except Exception as exc:  # a fault of ours, not an input's: INTERNAL for the valid requests
                 fault = pb_utils.TritonError(f"sentence_embedder: internal error: {type(exc).__name__}: {exc}")
         responses = []
