@@ -13,6 +13,8 @@ from hotpath.scaleout import failover
 from hotpath.scaleout.replicas import LocalReplicas
 from hotpath.server.subset import linked
 
+NGINX_CLOCK_SLACK_S = 0.05   # NGINX caches its clock per event-loop turn
+
 
 @pytest.fixture(scope="module", params=failover.FRONTS)
 def result(request, tmp_path_factory):
@@ -42,8 +44,9 @@ def test_only_calls_in_flight_on_the_dead_replica_failed_at_the_front(result):
     errors = result.gateway_errors
     assert all(h.served_by == result.killed for h in errors), errors
     # Each was on the replica when it died: it began before the replica was reaped (a later call finds its
-    # port closed and is passed on) and ended after the kill.
-    assert all(h.started <= result.dead_at and h.at >= result.kill_at for h in errors), \
+    # port closed and is passed on) and ended after the kill. `started` comes from NGINX's clock, which it
+    # caches once per event-loop turn: on a busy host that lags by milliseconds (7.8 ms seen in CI).
+    assert all(h.started <= result.dead_at + NGINX_CLOCK_SLACK_S and h.at >= result.kill_at for h in errors), \
         [(h.started - result.dead_at, h.at - result.kill_at) for h in errors]
     assert len(errors) <= 4, "at most one call per client connection was in flight"
 
