@@ -136,8 +136,8 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
 def cmd_perf_check(args: argparse.Namespace) -> int:
     from hotpath.perf.check import before_measuring, check, format_table
-    from hotpath.perf.slo import load_slos
     from hotpath.server.process import server_url
+    from hotpath.slo import load_slos
 
     slos = load_slos(args.profile)
     selected = [slos[e] for e in (args.endpoint or sorted(slos))]
@@ -154,9 +154,9 @@ def cmd_perf_check(args: argparse.Namespace) -> int:
 def cmd_tune(args: argparse.Namespace) -> int:
     from hotpath.engines import build_repository
     from hotpath.perf.check import before_measuring
-    from hotpath.perf.slo import load_slos
     from hotpath.perf.tune_run import run_tune, write_winner
     from hotpath.server.process import server_url
+    from hotpath.slo import load_slos
 
     slos = load_slos(args.profile)
     if args.endpoint not in slos:
@@ -176,8 +176,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 def cmd_perf(args: argparse.Namespace) -> int:
     from hotpath.perf.perf_run import run_perf
-    from hotpath.perf.slo import load_slos
     from hotpath.server.process import server_url
+    from hotpath.slo import load_slos
 
     slos = load_slos(args.profile)
     if args.explain:
@@ -196,8 +196,8 @@ def _explain(args: argparse.Namespace, slos: dict) -> int:
     from hotpath.perf.check import before_measuring
     from hotpath.perf.explain import explain, format_breakdown, write_report
     from hotpath.perf.payloads import payload_for
-    from hotpath.perf.slo import Slo
     from hotpath.server.process import local_server
+    from hotpath.slo import Slo
 
     slo = slos.get(args.explain)
     if slo is None:  # an endpoint without a target of its own (text_embedding_exact): its registry payload

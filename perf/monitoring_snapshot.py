@@ -17,10 +17,10 @@ from hotpath.monitoring.local import LocalPrometheus
 from hotpath.perf.analyzer import Measurement, run
 from hotpath.perf.measure import response_cache_off
 from hotpath.perf.quiet import allow_busy_default, require_quiet
-from hotpath.perf.slo import load_slos
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 from hotpath.server.subset import linked
+from hotpath.slo import load_slos
 
 REPORT = paths.ROOT / "perf" / "reports" / "monitoring.md"
 

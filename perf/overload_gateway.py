@@ -26,10 +26,10 @@ from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.nginx.process import LocalNginx
 from hotpath.perf.open_loop import OpenLoopResult, run_open_loop
 from hotpath.perf.quiet import allow_busy_default, busiest, descendants, read_proc, require_quiet
-from hotpath.perf.slo import load_slos
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 from hotpath.server.subset import linked
+from hotpath.slo import load_slos
 
 REPORT = paths.ROOT / "perf" / "reports" / "overload.md"
 MEASURING = Path("/tmp/hotpath-measuring")

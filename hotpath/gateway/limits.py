@@ -21,7 +21,7 @@ from pathlib import Path
 from hotpath import paths
 from hotpath.config import instance_count
 from hotpath.errors import HotpathError
-from hotpath.perf.slo import load_slos
+from hotpath.slo import load_slos
 from hotpath.spec import load_specs
 
 ITEM_BYTE_PARAMETERS = ("max_bytes", "max_text_bytes")   # per-item byte limits of the Python steps

@@ -8,7 +8,7 @@ from pathlib import Path
 from hotpath import paths
 from hotpath.config import read_config
 from hotpath.errors import HotpathError
-from hotpath.perf.slo import load_slos
+from hotpath.slo import load_slos
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,6 @@ def profiles(slo_path: Path | None = None) -> list[str]:
     """Hardware profiles declared in perf/slo.toml."""
     import tomllib
 
-    from hotpath.perf.slo import slo_file
+    from hotpath.slo import slo_file
 
     return sorted(tomllib.loads(Path(slo_path or slo_file()).read_text())["profiles"])

@@ -15,8 +15,8 @@ from hotpath.perf.endpoints import get_endpoint
 from hotpath.perf.measure import measure, response_cache_off
 from hotpath.perf.payloads import ensure_input
 from hotpath.perf.quiet import QuietReport, require_quiet
-from hotpath.perf.slo import Slo
 from hotpath.perf.stats import bottleneck
+from hotpath.slo import Slo
 
 
 def before_measuring(slos: list[Slo], allow_busy: bool = False, log=print) -> QuietReport:

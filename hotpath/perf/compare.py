@@ -15,8 +15,8 @@ from hotpath.perf.alternatives.served import Context
 from hotpath.perf.analyzer import PerfPoint
 from hotpath.perf.endpoints import Endpoint
 from hotpath.perf.measure import endpoint_steps
-from hotpath.perf.slo import Slo
 from hotpath.perf.sweep import SweepPlan, sweep_endpoint, throughput_at_target
+from hotpath.slo import Slo
 
 COMPARE_CONCURRENCIES = (1, 2, 4, 8)
 OURS = "tuned"

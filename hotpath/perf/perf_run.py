@@ -16,8 +16,8 @@ from hotpath.perf.analyzer import PerfPoint
 from hotpath.perf.endpoints import get_endpoint
 from hotpath.perf.measure import response_cache_off
 from hotpath.perf.quiet import QuietReport
-from hotpath.perf.slo import Slo
 from hotpath.perf.sweep import FULL, QUICK, sweep_endpoint
+from hotpath.slo import Slo
 
 
 def reports_dir() -> Path:

@@ -11,9 +11,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from hotpath.perf.alternatives.floor import Floor  # noqa: E402
 from hotpath.perf.analyzer import PerfPoint  # noqa: E402
-from hotpath.perf.slo import Slo  # noqa: E402
 from hotpath.perf.stats import PHASES  # noqa: E402
 from hotpath.perf.sweep import throughput_at_target  # noqa: E402
+from hotpath.slo import Slo  # noqa: E402
 
 
 def _closed_loop(points: list[PerfPoint], model: str, label: str) -> list[PerfPoint]:

@@ -48,7 +48,7 @@ def _log(message: str) -> None:
 
 
 def p95_target() -> tuple[float, int]:
-    from hotpath.perf.slo import load_slos
+    from hotpath.slo import load_slos
 
     slo = load_slos("cpu").get("retrieval")
     return (slo.p95_ms, slo.concurrency) if slo else (DEFAULT_P95_MS, 8)

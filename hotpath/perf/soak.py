@@ -214,9 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     import os
 
     from hotpath.perf.quiet import allow_busy_default, measure_others, require_quiet
-    from hotpath.perf.slo import load_slos
     from hotpath.server.ports import ServerPorts, free_ports
     from hotpath.server.process import LocalTriton
+    from hotpath.slo import load_slos
 
     parser = argparse.ArgumentParser(prog="python -m hotpath.perf.soak", description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=300.0, help="seconds of load (default 300)")

@@ -195,7 +195,7 @@ class StreamingSlo:
 
 def load_streaming_slos(profile: str = "cpu", path: Path | None = None) -> dict[str, StreamingSlo]:
     """TTFT and ITL targets from perf/slo.toml, `[profiles.<profile>.streaming.<endpoint>]`."""
-    from hotpath.perf.slo import slo_file
+    from hotpath.slo import slo_file
 
     path = Path(path or slo_file())
     table = tomllib.loads(path.read_text()).get("profiles", {}).get(profile, {}).get("streaming", {})

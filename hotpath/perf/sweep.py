@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from hotpath.perf.analyzer import Measurement, PerfPoint
 from hotpath.perf.measure import endpoint_steps, measure
-from hotpath.perf.slo import Slo
+from hotpath.slo import Slo
 
 
 @dataclass(frozen=True)

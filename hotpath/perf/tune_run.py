@@ -24,10 +24,10 @@ from hotpath.perf.measure import endpoint_steps, measure, response_cache_off
 from hotpath.perf.payloads import ensure_input
 from hotpath.perf.reload import load_config, served_config
 from hotpath.perf.search_space import SearchSpace, State
-from hotpath.perf.slo import Slo
 from hotpath.perf.spec_writer import write_back
 from hotpath.perf.tune_report import Rival, write_summary
 from hotpath.perf.tuner import Objective, Point, Trial, tune
+from hotpath.slo import Slo
 
 # Tuning compares many configs: short windows and a loose stability bound (a retry doubles the
 # window and costs more than it saves); the tuner's own confirmations make up for the noise.

@@ -27,9 +27,9 @@ from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
 from hotpath.gateway.tenants import load_tenants, new_token
 from hotpath.nginx.process import LocalNginx
 from hotpath.perf.open_loop import run_open_loop
-from hotpath.perf.slo import load_slos
 from hotpath.server.admin import admin_headers
 from hotpath.server.ports import free_ports
+from hotpath.slo import load_slos
 
 MODEL = "text_embedding"
 TOKENS = {"alpha": new_token(), "beta": new_token()}

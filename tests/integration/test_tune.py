@@ -8,10 +8,10 @@ import tritonclient.grpc as grpcclient
 from hotpath.perf.analyzer import Measurement
 from hotpath.perf.knobs import read_knobs
 from hotpath.perf.reload import served_config
-from hotpath.perf.slo import load_slos
 from hotpath.perf.tune_run import run_tune
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
+from hotpath.slo import load_slos
 
 pytestmark = pytest.mark.slow   # minutes of load: `pytest -m 'not slow'` leaves it out
 

@@ -19,7 +19,7 @@ from hotpath.perf import endpoints, quiet
 from hotpath.perf.check import before_measuring
 from hotpath.perf.measure import endpoint_steps
 from hotpath.perf.payloads import Payload, ensure_input, image_entries, payload_for
-from hotpath.perf.slo import Slo, load_slos
+from hotpath.slo import Slo, load_slos
 
 # --- the registry -------------------------------------------------------------------------------------------
 

@@ -9,8 +9,8 @@ from hotpath.config import read_config
 from hotpath.errors import HotpathError
 from hotpath.perf.analyzer import PerfPoint, parse_csv
 from hotpath.perf.check import CheckRow, format_table
-from hotpath.perf.slo import Slo, load_slos
 from hotpath.perf.stats import bottleneck, breakdown
+from hotpath.slo import Slo, load_slos
 
 DATA = Path(__file__).parent.parent / "data" / "perf"
 
