@@ -46,7 +46,7 @@ perf-check: engines
 	@$(HOTPATH) perf-check
 
 soak: engines
-	@$(PY) -m hotpath.perf.soak $(SOAK_ARGS)
+	@$(HOTPATH) study soak $(SOAK_ARGS)
 
 ENDPOINT ?= text_embedding
 tune: engines

@@ -135,7 +135,7 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
 
 def cmd_perf_check(args: argparse.Namespace) -> int:
-    from hotpath.perf.check import before_measuring, check, format_table
+    from hotpath.perf.gate import before_measuring, check, format_table
     from hotpath.server.process import server_url
     from hotpath.slo import load_slos
 
@@ -153,8 +153,8 @@ def cmd_perf_check(args: argparse.Namespace) -> int:
 
 def cmd_tune(args: argparse.Namespace) -> int:
     from hotpath.engines import build_repository
-    from hotpath.perf.check import before_measuring
-    from hotpath.perf.tune_run import run_tune, write_winner
+    from hotpath.perf.gate import before_measuring
+    from hotpath.perf.tune.run import run_tune, write_winner
     from hotpath.server.process import server_url
     from hotpath.slo import load_slos
 
@@ -175,7 +175,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
 
 def cmd_perf(args: argparse.Namespace) -> int:
-    from hotpath.perf.perf_run import run_perf
+    from hotpath.perf.run import run_perf
     from hotpath.server.process import server_url
     from hotpath.slo import load_slos
 
@@ -183,7 +183,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
     if args.explain:
         return _explain(args, slos)
     endpoints = args.endpoint or sorted(slos)
-    from hotpath.perf.check import before_measuring
+    from hotpath.perf.gate import before_measuring
 
     quiet = before_measuring([slos[e] for e in endpoints], args.allow_busy)
     with server_url(args.url) as url:
@@ -193,9 +193,9 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
 
 def _explain(args: argparse.Namespace, slos: dict) -> int:
-    from hotpath.perf.check import before_measuring
-    from hotpath.perf.explain import explain, format_breakdown, write_report
-    from hotpath.perf.payloads import payload_for
+    from hotpath.perf.explain.breakdown import explain, format_breakdown, write_report
+    from hotpath.perf.gate import before_measuring
+    from hotpath.samples import payload_for
     from hotpath.server.process import local_server
     from hotpath.slo import Slo
 
@@ -220,7 +220,7 @@ def cmd_monitoring(args: argparse.Namespace) -> int:
 
 
 def _allow_busy_flag(p: argparse.ArgumentParser) -> None:
-    from hotpath.perf.quiet import allow_busy_default
+    from hotpath.perf.measure.host_load import allow_busy_default
 
     p.add_argument("--allow-busy", action="store_true", default=allow_busy_default(),
                    help="measure even when other processes keep the CPU busy (env HOTPATH_ALLOW_BUSY=1)")
@@ -301,7 +301,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compare", action="store_true",
                    help="also measure the alternatives: default config, FastAPI, PyTriton, Model Analyzer, floor")
     p.add_argument("--alternative", action="append", metavar="LABEL",
-                   help="with --compare: only this alternative (repeatable; labels in hotpath/perf/endpoints.py)")
+                   help="with --compare: only this alternative (repeatable; labels in hotpath/perf/registry.py)")
     p.add_argument("--explain", metavar="ENDPOINT", default=None,
                    help="trace every request at concurrency 1 and the SLO's load; print where the time goes and "
                         "write perf/reports/explain-ENDPOINT.md with a timeline")
@@ -335,7 +335,23 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("monitoring", help="regenerate monitoring/ (rules, dashboards) and deploy/'s generated files")
     p.add_argument("--check", action="store_true", help="fail when a generated file is stale; write nothing")
     p.set_defaults(func=cmd_monitoring)
+
+    p = sub.add_parser("study", help="run a measurement study (hotpath/perf/studies/); its report goes to perf/reports/",
+                       description="Run a study by name; the arguments after NAME are the study's own "
+                                   "(`hotpath study NAME --help`). Without NAME: the list.")
+    p.add_argument("name", nargs="?", help="the study; omit to list them")
+    p.add_argument("study_args", nargs=argparse.REMAINDER, help="the study's own arguments")
+    p.set_defaults(func=cmd_study)
     return parser
+
+
+def cmd_study(args) -> int:
+    from hotpath.perf.studies import runner
+
+    if not args.name:
+        print(runner.listing())
+        return 0
+    return runner.run(args.name, args.study_args)
 
 
 def main(argv: list[str] | None = None) -> int:

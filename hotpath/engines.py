@@ -20,7 +20,7 @@ from google.protobuf import json_format
 from hotpath import paths
 from hotpath.config import render, validate_all
 from hotpath.errors import BuildError
-from hotpath.exporters import get_exporter
+from hotpath.exporters.registry import get_exporter
 from hotpath.fingerprint import fingerprint, is_fresh, write_stamp
 from hotpath.plans.step import PlanStep, write_plan_files
 from hotpath.spec import ModelSpec, load_specs

@@ -6,7 +6,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from hotpath.perf.otlp import decode
+from hotpath.perf.explain.otlp import decode
 
 
 class OtlpReceiver:

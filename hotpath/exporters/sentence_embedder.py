@@ -23,18 +23,15 @@ import numpy as np
 from hotpath.errors import BuildError
 from hotpath.exporters import quantize
 from hotpath.exporters.base import ExportReport, Log
-from hotpath.exporters.parity_corpus import EDGE_CASES, multilingual_corpus, script_of
+from hotpath.exporters.embedding_parity import BATCH, embedding_sample, served_embeddings
+from hotpath.exporters.parity_corpus import multilingual_corpus, script_of
 from hotpath.exporters.sentence_encoder import (
-    INPUT_NAMES,
     SentenceEncoderExporter,
     export_pooled_encoder,
     minilm_dir,
     replace_with_int8,
 )
 from hotpath.spec import ModelSpec
-
-EMBEDDING_SAMPLE = 600      # corpus texts embedded by both pipelines at build time (every edge case included)
-BATCH = 16                  # served batches: padded to their longest text, as one execute() does
 
 
 def reference_model():
@@ -45,13 +42,6 @@ def reference_model():
     return SentenceTransformer(str(minilm_dir()), device="cpu")
 
 
-def embedding_sample(corpus: list[str], size: int = EMBEDDING_SAMPLE) -> list[str]:
-    """Every edge case plus an even spread over the rest of the corpus."""
-    rest = corpus[len(EDGE_CASES):]
-    step = max(1, len(rest) // max(1, size - len(EDGE_CASES)))
-    return EDGE_CASES + rest[::step][: size - len(EDGE_CASES)]
-
-
 def token_mismatches(tokenizer, reference, texts: list[str], max_length: int) -> list[str]:
     """Texts whose served token ids (padding dropped) differ from the reference tokenizer's."""
     from hotpath.runtime.text import encode
@@ -60,17 +50,6 @@ def token_mismatches(tokenizer, reference, texts: list[str], max_length: int) ->
     ref = reference(texts, truncation=True, max_length=max_length)["input_ids"]
     return [t for t, ids, mask, r in zip(texts, ours["input_ids"], ours["attention_mask"], ref)
             if ids[mask.astype(bool)].tolist() != list(r)]
-
-
-def served_embeddings(tokenizer, session, texts: list[str], batch: int = BATCH) -> np.ndarray:
-    """Embeddings as the served model computes them: one tokenizer call and one run per batch."""
-    from hotpath.runtime.text import encode
-
-    out = []
-    for i in range(0, len(texts), batch):
-        feeds = encode(tokenizer, texts[i:i + batch])
-        out.append(session.run(None, {n: feeds[n] for n in INPUT_NAMES})[0])
-    return np.concatenate(out)
 
 
 class SentenceEmbedderExporter(SentenceEncoderExporter):

@@ -50,8 +50,8 @@ class SentenceEncoderExporter(Exporter):
         return [d / "model.safetensors", d / "config.json", d / "tokenizer.json"]
 
     def code_files(self) -> list[Path]:
+        import hotpath.exporters.embedding_parity as embedder
         import hotpath.exporters.parity_corpus as corpus
-        import hotpath.exporters.sentence_embedder as embedder
         import hotpath.runtime.text as text
 
         # The INT8 gate's inputs: the parity corpus, its sample and the served tokenization.
@@ -155,9 +155,9 @@ def int8_encoder(model: str, fp32_path: Path, int8_path: Path, floors: dict[str,
 
 def encoder_gate(fp32_path: Path, int8_path: Path, max_length: int = 256) -> tuple[dict, str]:
     """Cosine of the INT8 graph's embeddings to the FP32 graph's on the parity corpus sample
-    (hotpath.exporters.sentence_embedder.embedding_sample); also returns the worst text."""
+    (hotpath.exporters.embedding_parity.embedding_sample); also returns the worst text."""
+    from hotpath.exporters.embedding_parity import embedding_sample, served_embeddings
     from hotpath.exporters.parity_corpus import multilingual_corpus
-    from hotpath.exporters.sentence_embedder import embedding_sample, served_embeddings
     from hotpath.runtime.ort_session import make_session
     from hotpath.runtime.text import load_tokenizer
 

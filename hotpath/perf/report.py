@@ -9,10 +9,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from hotpath.perf.alternatives.floor import Floor  # noqa: E402
-from hotpath.perf.analyzer import PerfPoint  # noqa: E402
-from hotpath.perf.stats import PHASES  # noqa: E402
-from hotpath.perf.sweep import throughput_at_target  # noqa: E402
+from hotpath.perf.compare.alternatives.floor import Floor  # noqa: E402
+from hotpath.perf.measure.perf_analyzer import PerfPoint  # noqa: E402
+from hotpath.perf.measure.server_stats import PHASES  # noqa: E402
+from hotpath.perf.measure.sweep import throughput_at_target  # noqa: E402
 from hotpath.slo import Slo  # noqa: E402
 
 

@@ -14,7 +14,7 @@ from hotpath.spec import ModelSpec
 
 def payload_feeds(spec: ModelSpec) -> list[dict[str, np.ndarray]]:
     """One feed dict (batch of 1) per entry of the model's perf_analyzer input file."""
-    from hotpath.perf.payloads import payload_for
+    from hotpath.samples import payload_for
 
     dtypes = {t.name: triton_to_np_dtype(mc.DataType.Name(t.data_type).removeprefix("TYPE_"))
               for t in spec.config.input}

@@ -84,7 +84,7 @@ class TritonPythonModel:
             self.engine.set_prefix(shared_prefix(self.tokenizer, info.chat_template, info.bos_token, info.eos_token))
         # `load` (this stub's pid) keeps each load's metrics apart: Triton shares one prometheus child
         # between same-named families with equal labels, and an old version's unload during a reload
-        # would free the new one's (a heap corruption of tritonserver, seen with hotpath.perf.reload).
+        # would free the new one's (a heap corruption of tritonserver, seen with hotpath.perf.measure.reconfigure).
         self.metrics = EngineMetrics(pb_utils, self.engine, {"model": args["model_name"],
                                                              "version": str(args["model_version"]),
                                                              "load": str(os.getpid())})

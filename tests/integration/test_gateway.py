@@ -1,7 +1,7 @@
 """The tenant gateway (NGINX, hotpath.gateway) in front of a real tritonserver on loopback, gRPC and HTTP:
 tokens, per-tenant rate limits, the body limit, and admission control at about twice capacity. No timing
 bound (the host is shared): latencies are compared within one run, on NGINX's own clock where possible;
-the latency figures at 1x and 2x capacity come from perf/overload_gateway.py."""
+the latency figures at 1x and 2x capacity come from hotpath/perf/studies/overload_gateway.py."""
 
 import json
 import time
@@ -26,7 +26,7 @@ from hotpath.gateway.config import (
 from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
 from hotpath.gateway.tenants import load_tenants, new_token
 from hotpath.nginx.process import LocalNginx
-from hotpath.perf.open_loop import run_open_loop
+from hotpath.perf.measure.open_loop import run_open_loop
 from hotpath.server.admin import admin_headers
 from hotpath.server.ports import free_ports
 from hotpath.slo import load_slos

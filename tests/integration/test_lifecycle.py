@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from hotpath.client import ClientError, Generation, GenerationClient, ServerUnavailableError, client_error, text_input
-from hotpath.perf.reload import load_config, served_config
+from hotpath.perf.measure.reconfigure import load_config, served_config
 from hotpath.server.admin import admin_headers
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton

@@ -17,7 +17,7 @@ from PIL import Image
 
 from hotpath.client import text_input
 from hotpath.paths import model_specs_dir
-from hotpath.perf.open_loop import run_open_loop
+from hotpath.perf.measure.open_loop import run_open_loop
 from hotpath.slo import load_slos
 from hotpath.spec import load_spec
 from tests.imagegen import encode, photo

@@ -5,22 +5,22 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from hotpath.client import ClassificationClient, EmbeddingClient
-from hotpath.perf import analyzer
-from hotpath.perf.alternatives import served
-from hotpath.perf.analyzer import Measurement
-from hotpath.perf.compare import configured_models
-from hotpath.perf.endpoints import get_endpoint
-from hotpath.perf.payloads import jpeg_photo, payload_for
+from hotpath.perf.compare.alternatives import launch
+from hotpath.perf.compare.side_by_side import configured_models
+from hotpath.perf.measure import perf_analyzer as analyzer
+from hotpath.perf.measure.perf_analyzer import Measurement
+from hotpath.perf.registry import get_endpoint
+from hotpath.samples import jpeg_photo, payload_for
 
 SHORT = Measurement(interval_ms=1000, stability_pct=100, max_trials=3)
 
 
-def _context(url: str, endpoint: str) -> served.Context:
-    return served.Context(url, endpoint, configured_models(endpoint), get_endpoint(endpoint).searched_step, 60.0, 1,
+def _context(url: str, endpoint: str) -> launch.Context:
+    return launch.Context(url, endpoint, configured_models(endpoint), get_endpoint(endpoint).searched_step, 60.0, 1,
                           log=lambda m: None)
 
 
-def _alternative(endpoint: str, label: str) -> served.Alternative:
+def _alternative(endpoint: str, label: str) -> launch.Alternative:
     (alt,) = [a for a in get_endpoint(endpoint).alternatives if a.label == label]
     return alt
 
@@ -36,7 +36,7 @@ def test_fastapi_image_alternative_classifies_like_the_endpoint_and_takes_perf_a
     photo = jpeg_photo()
     with ClassificationClient(grpc_url) as c:
         (ours,) = c.classify([photo])
-    with served.fastapi("async", 1, "").serve(_context(grpc_url, "image_classification")) as target:
+    with launch.fastapi("async", 1, "").serve(_context(grpc_url, "image_classification")) as target:
         assert target.protocol == "http" and not target.statistics
         client = httpclient.InferenceServerClient(target.url)
         out = _infer(client, httpclient, "IMAGE", photo, ["CLASS_IDS", "SCORES", "LABELS"])
@@ -52,7 +52,7 @@ def test_fastapi_text_alternative_embeds_like_the_endpoint(grpc_url):
     text = "where does the time of a request go"
     with EmbeddingClient(grpc_url) as c:
         ours = c.embed([text])[0]
-    with served.fastapi("sync", 1, "").serve(_context(grpc_url, "text_embedding")) as target:
+    with launch.fastapi("sync", 1, "").serve(_context(grpc_url, "text_embedding")) as target:
         out = _infer(httpclient.InferenceServerClient(target.url), httpclient, "TEXT", text.encode(), ["EMBEDDING"])
     np.testing.assert_allclose(out["EMBEDDING"][0], ours, atol=1e-4)
 
@@ -63,7 +63,7 @@ def test_fastapi_retrieval_alternative_finds_what_the_endpoint_finds(grpc_url):
     query = "compress files with GNU gzip"
     with RetrievalClient(grpc_url) as c:
         ours = c.search([query], k=10)[0]   # the spec's default_k, which the alternative answers with
-    with served.fastapi("sync", 1, "").serve(_context(grpc_url, "retrieval")) as target:
+    with launch.fastapi("sync", 1, "").serve(_context(grpc_url, "retrieval")) as target:
         inp = httpclient.InferInput("TEXT", [1, 1], "BYTES")
         inp.set_data_from_numpy(np.array([[query.encode()]], dtype=np.object_))
         result = httpclient.InferenceServerClient(target.url).infer("retrieval", [inp])
@@ -75,7 +75,7 @@ def test_pytriton_image_alternative_classifies_like_the_endpoint(grpc_url):
     photo = jpeg_photo()
     with ClassificationClient(grpc_url) as c:
         (ours,) = c.classify([photo])
-    with served.pytriton().serve(_context(grpc_url, "image_classification")) as target:
+    with launch.pytriton().serve(_context(grpc_url, "image_classification")) as target:
         assert target.statistics
         with grpcclient.InferenceServerClient(target.url) as client:
             out = _infer(client, grpcclient, "IMAGE", photo, ["CLASS_IDS", "LABELS"])

@@ -18,8 +18,8 @@ from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.monitoring.generation import generation_dashboard, streaming_alerts
 from hotpath.monitoring.local import LocalPrometheus
 from hotpath.monitoring.rules import all_alerts, recording_rules
-from hotpath.perf.payloads import jpeg_photo
-from hotpath.perf.streaming import load_streaming_slos
+from hotpath.perf.measure.streaming import load_streaming_slos
+from hotpath.samples import jpeg_photo
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 from hotpath.server.subset import linked

@@ -9,7 +9,7 @@ import pytest
 from hotpath.engines import build_repository
 from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.nginx.process import LocalNginx
-from hotpath.scaleout import failover
+from hotpath.perf.studies import failover_load as failover
 from hotpath.scaleout.replicas import LocalReplicas
 from hotpath.server.subset import linked
 

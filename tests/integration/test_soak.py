@@ -2,14 +2,14 @@
 
 Nothing lost, no errors, and memory flat in the second half: the response cache is made small so it
 fills in the first seconds. p95 over time is a benchmark figure, not asserted here (a shared 2-core
-host makes windows noisy): the 5-minute version, `python -m hotpath.perf.soak`, reports it
+host makes windows noisy): the 5-minute version, `hotpath study soak`, reports it
 (perf/reports/soak.md).
 """
 
 import pytest
 
-from hotpath.perf.payloads import jpeg_photo
-from hotpath.perf.soak import run_soak, unique_jpeg
+from hotpath.perf.studies.soak import run_soak, unique_jpeg
+from hotpath.samples import jpeg_photo
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 

@@ -306,8 +306,8 @@ def _generate(url, prompt, max_tokens=4) -> Generation:
 def test_reloads_keep_the_server_and_one_series_per_metric(explicit):
     """A reload (new config, then the old one back) loads a second copy before unloading the first: the
     two loads' custom metrics must not share series (Triton frees a shared one with the old load)."""
-    from hotpath.perf.generation_compare import no_prefix_cache
-    from hotpath.perf.reload import reconfigured
+    from hotpath.perf.compare.generation import no_prefix_cache
+    from hotpath.perf.measure.reconfigure import reconfigured
 
     def series():
         with urllib.request.urlopen(explicit.metrics_url) as r:
@@ -334,7 +334,7 @@ def _tight_kv(config):
 
 
 def test_streams_beyond_the_kv_budget_wait_or_are_preempted_and_keep_their_tokens(explicit):
-    from hotpath.perf.reload import reconfigured
+    from hotpath.perf.measure.reconfigure import reconfigured
 
     jobs = PROMPTS * 2   # 12 streams growing to ~140 positions: at most 2 fit at once
     alone = {p: _generate(explicit.grpc_url, p, 100).token_ids for p in PROMPTS}

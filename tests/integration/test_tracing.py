@@ -1,5 +1,5 @@
 """`hotpath serve --trace-otlp`: Triton's OpenTelemetry mode sends one request's spans to a receiver on
-loopback; the span tree covers the frontend, the ensemble and every step, and hotpath.perf.trace's
+loopback; the span tree covers the frontend, the ensemble and every step, and hotpath.perf.explain.trace's
 per-step breakdown reads it."""
 
 import signal
@@ -13,9 +13,9 @@ import tritonclient.grpc as grpcclient
 
 from hotpath.engines import build_repository
 from hotpath.monitoring.endpoints import load_endpoints
-from hotpath.perf.cold_start import send_sample
-from hotpath.perf.otlp import spans, to_fragments
-from hotpath.perf.trace import parse_fragments, request_segments
+from hotpath.perf.explain.otlp import spans, to_fragments
+from hotpath.perf.explain.trace import parse_fragments, request_segments
+from hotpath.perf.studies.cold_start import send_sample
 from hotpath.server.ports import free_ports
 from hotpath.server.subset import linked
 from tests.otlp_receiver import OtlpReceiver

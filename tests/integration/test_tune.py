@@ -5,10 +5,10 @@ import json
 import pytest
 import tritonclient.grpc as grpcclient
 
-from hotpath.perf.analyzer import Measurement
-from hotpath.perf.knobs import read_knobs
-from hotpath.perf.reload import served_config
-from hotpath.perf.tune_run import run_tune
+from hotpath.perf.measure.perf_analyzer import Measurement
+from hotpath.perf.measure.reconfigure import served_config
+from hotpath.perf.tune.knobs import read_knobs
+from hotpath.perf.tune.run import run_tune
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 from hotpath.slo import load_slos

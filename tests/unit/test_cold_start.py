@@ -2,7 +2,7 @@
 
 from hotpath import paths
 from hotpath.config import read_config
-from hotpath.perf.cold_start import load_spans, without_warmup
+from hotpath.perf.studies.cold_start import load_spans, without_warmup
 
 LOG = '''I1130 06:40:58.044659 25267 model_lifecycle.cc:472] "loading: image_classifier:1"
 I1130 06:40:58.046602 25267 model_lifecycle.cc:472] "loading: tokenizer:1"

@@ -443,7 +443,7 @@ def test_latency_samples_one_ttft_per_stream_then_itl(tiny, decoder):
 
 
 def test_prompt_lookup_draft_and_its_pass_count():
-    from hotpath.perf.generation_compare import draft_steps, lookup_draft
+    from hotpath.perf.compare.generation import draft_steps, lookup_draft
 
     assert lookup_draft([1, 2, 3, 9, 1, 2, 3], k=4) == [9, 1, 2, 3]     # the latest earlier 3-gram's successors
     assert lookup_draft([4, 1, 2, 5, 2], k=2) == [5, 2]                 # falls back to the last token alone

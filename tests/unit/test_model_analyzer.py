@@ -5,7 +5,7 @@ import sys
 import time
 from pathlib import Path
 
-from hotpath.perf.alternatives.model_analyzer import _descendants, _stop
+from hotpath.perf.compare.alternatives.model_analyzer import _descendants, _stop
 
 
 def _running(pid: int) -> bool:

@@ -13,12 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hotpath import paths
+from hotpath import paths, samples
 from hotpath.errors import HotpathError
-from hotpath.perf import endpoints, quiet
-from hotpath.perf.check import before_measuring
-from hotpath.perf.measure import endpoint_steps
-from hotpath.perf.payloads import Payload, ensure_input, image_entries, payload_for
+from hotpath.perf import registry as endpoints
+from hotpath.perf.gate import before_measuring
+from hotpath.perf.measure import host_load as quiet
+from hotpath.perf.measure.point import endpoint_steps
+from hotpath.samples import Payload, ensure_input, image_entries, payload_for
 from hotpath.slo import Slo, load_slos
 
 # --- the registry -------------------------------------------------------------------------------------------
@@ -45,7 +46,7 @@ def test_registry_entry_is_complete(name):
 
 
 def test_alternatives_can_be_chosen_by_label():
-    from hotpath.perf.compare import choose
+    from hotpath.perf.compare.side_by_side import choose
 
     entry = endpoints.get_endpoint("image_classification")
     assert [a.label for a in choose(entry, ["pytriton", "default"])] == ["default", "pytriton"]
@@ -55,7 +56,7 @@ def test_alternatives_can_be_chosen_by_label():
 
 
 def test_default_config_reaches_single_model_endpoints_and_ensemble_steps():
-    from hotpath.perf.compare import configured_models
+    from hotpath.perf.compare.side_by_side import configured_models
 
     for name in endpoints.ENDPOINTS:
         steps = endpoint_steps(name)
@@ -84,7 +85,7 @@ def test_image_payload_is_generated_on_first_use(tmp_path):
 
 
 def test_every_slo_input_is_committed_or_generated():
-    known = {p.path.resolve(): p for p in endpoints.all_payloads().values()}
+    known = {p.path.resolve(): p for p in samples.PAYLOADS.values()}
     for profile in ("cpu", "gpu"):
         for slo in load_slos(profile).values():
             payload = known.get(slo.input_data.resolve())
@@ -93,7 +94,7 @@ def test_every_slo_input_is_committed_or_generated():
 
 
 def test_every_model_payload_can_be_made():
-    for model in endpoints.all_payloads():
+    for model in samples.PAYLOADS:
         data = json.loads(payload_for(model).read_text())["data"]
         assert data and all(isinstance(entry, dict) for entry in data), model
 
@@ -112,7 +113,7 @@ def test_missing_input_file_is_one_clear_line(tmp_path):
 
 def test_input_named_by_a_registered_payload_is_generated(tmp_path, monkeypatch):
     generated = Payload("gen.json", lambda: [{"TEXT": ["hello"]}], lambda: tmp_path)
-    monkeypatch.setattr(endpoints, "all_payloads", lambda: {"m": generated})
+    monkeypatch.setattr(samples, "PAYLOADS", {"m": generated})
     assert ensure_input(tmp_path / "gen.json") == tmp_path / "gen.json"
     assert json.loads((tmp_path / "gen.json").read_text()) == {"data": [{"TEXT": ["hello"]}]}
 
@@ -204,7 +205,7 @@ def test_allow_busy_comes_from_the_environment(monkeypatch):
 def test_kserve_binary_round_trip_through_the_real_http_client():
     import tritonclient.http as httpclient
 
-    from hotpath.perf.alternatives.fastapi_app import decode_request, encode_response
+    from hotpath.perf.compare.alternatives.fastapi_app import decode_request, encode_response
 
     texts = np.array([["a photo of an astronaut"], ["ünïcode"]], dtype=np.object_)
     inp = httpclient.InferInput("TEXT", [2, 1], "BYTES")

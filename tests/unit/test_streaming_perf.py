@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from hotpath.errors import HotpathError
-from hotpath.perf.alternatives.generation_fastapi import TokenStreamer
-from hotpath.perf.generation_compare import one_at_a_time, report
-from hotpath.perf.streaming import (
+from hotpath.perf.compare.alternatives.generation_fastapi import TokenStreamer
+from hotpath.perf.compare.generation import one_at_a_time, report
+from hotpath.perf.measure.streaming import (
     StreamingSlo,
     StreamRecord,
     load_streaming_slos,

@@ -1,11 +1,11 @@
-"""Triton trace files -> consecutive per-request segments (hotpath.perf.trace), on a captured real trace."""
+"""Triton trace files -> consecutive per-request segments (hotpath.perf.explain.trace), on a captured real trace."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from hotpath.perf.trace import Segment, parse_fragments, read_trace_files, request_segments, summarize
+from hotpath.perf.explain.trace import Segment, parse_fragments, read_trace_files, request_segments, summarize
 from hotpath.runtime.timing import ExecuteLog, read_logs, timed
 
 DATA = Path(__file__).parent.parent / "data" / "perf"

@@ -1,0 +1,1 @@
+"""Where a request's time goes: per-step breakdowns at low and high load, from statistics and traces."""

@@ -1,0 +1,1 @@
+"""The measurement core: perf_analyzer runs, server-side breakdowns, payloads, load generators, host checks."""
