@@ -57,3 +57,22 @@ def load_slos(profile: str = "cpu", path: Path | None = None) -> dict[str, Slo]:
             raise HotpathError(f"{path}: profiles.{profile}.endpoints.{name}: verdict must be 'absolute' or "
                                f"'relative', and 'relative' needs floor_reference_ms (got {slo.verdict!r})")
     return slos
+
+
+@dataclass(frozen=True)
+class StreamingSlo:
+    endpoint: str
+    ttft_p95_ms: float
+    itl_p95_ms: float
+    concurrency: int
+
+
+def load_streaming_slos(profile: str = "cpu", path: Path | None = None) -> dict[str, StreamingSlo]:
+    """TTFT and ITL targets from perf/slo.toml, `[profiles.<profile>.streaming.<endpoint>]`."""
+    path = Path(path or slo_file())
+    table = tomllib.loads(path.read_text()).get("profiles", {}).get(profile, {}).get("streaming", {})
+    try:
+        return {name: StreamingSlo(name, float(e["ttft_p95_ms"]), float(e["itl_p95_ms"]), int(e["concurrency"]))
+                for name, e in table.items()}
+    except KeyError as exc:
+        raise HotpathError(f"{path}: profiles.{profile}.streaming entries need '{exc.args[0]}'") from None

@@ -18,11 +18,11 @@ from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.monitoring.generation import generation_dashboard, streaming_alerts
 from hotpath.monitoring.local import LocalPrometheus
 from hotpath.monitoring.rules import all_alerts, recording_rules
-from hotpath.perf.measure.streaming import load_streaming_slos
 from hotpath.samples import jpeg_photo
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 from hotpath.server.subset import linked
+from hotpath.slo import load_streaming_slos
 
 PROFILE = "cpu"
 LOAD_SECONDS = 10.0

@@ -11,14 +11,13 @@ from hotpath.errors import HotpathError
 from hotpath.perf.compare.alternatives.generation_fastapi import TokenStreamer
 from hotpath.perf.compare.generation import one_at_a_time, report
 from hotpath.perf.measure.streaming import (
-    StreamingSlo,
     StreamRecord,
-    load_streaming_slos,
     markdown_table,
     meets,
     run_load,
     summarize,
 )
+from hotpath.slo import StreamingSlo, load_streaming_slos
 
 
 def test_summarize_separates_first_token_from_inter_token_gaps():

@@ -31,10 +31,8 @@ from typing import Callable
 
 from hotpath import paths
 from hotpath.perf.measure.streaming import (
-    StreamingSlo,
     StreamingStats,
     engine_sender,
-    load_streaming_slos,
     markdown_table,
     meets,
     ndjson_sender,
@@ -43,6 +41,7 @@ from hotpath.perf.measure.streaming import (
     triton_sender,
 )
 from hotpath.perf.studies import runner
+from hotpath.slo import StreamingSlo, load_streaming_slos
 
 ENDPOINT = "text_generation"
 SYSTEMS = ("hotpath", "in-process", "one-at-a-time", "fastapi-transformers", "llama.cpp")

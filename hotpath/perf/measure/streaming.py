@@ -14,14 +14,12 @@ import http.client
 import json
 import threading
 import time
-import tomllib
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
 
-from hotpath.errors import HotpathError
+from hotpath.slo import StreamingSlo
 
 # Chat prompts whose greedy replies run long enough (dozens of tokens) to show steady-state ITL.
 PROMPTS = [
@@ -183,27 +181,6 @@ def engine_sender(engine, tokenizer, info, max_tokens: int = 48) -> Callable[[st
         return StreamRecord(sink.times, time.perf_counter() - sink.start, sink.error)
 
     return send
-
-
-@dataclass(frozen=True)
-class StreamingSlo:
-    endpoint: str
-    ttft_p95_ms: float
-    itl_p95_ms: float
-    concurrency: int
-
-
-def load_streaming_slos(profile: str = "cpu", path: Path | None = None) -> dict[str, StreamingSlo]:
-    """TTFT and ITL targets from perf/slo.toml, `[profiles.<profile>.streaming.<endpoint>]`."""
-    from hotpath.slo import slo_file
-
-    path = Path(path or slo_file())
-    table = tomllib.loads(path.read_text()).get("profiles", {}).get(profile, {}).get("streaming", {})
-    try:
-        return {name: StreamingSlo(name, float(e["ttft_p95_ms"]), float(e["itl_p95_ms"]), int(e["concurrency"]))
-                for name, e in table.items()}
-    except KeyError as exc:
-        raise HotpathError(f"{path}: profiles.{profile}.streaming entries need '{exc.args[0]}'") from None
 
 
 def meets(stats: StreamingStats, slo: StreamingSlo) -> bool:
