@@ -7,6 +7,7 @@ carries a ratio that reads the same on any machine.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from hotpath.perf.compare.alternatives.floor import Floor
@@ -18,8 +19,10 @@ from hotpath.perf.registry import get_endpoint
 from hotpath.samples import ensure_input
 from hotpath.slo import Slo
 
+logger = logging.getLogger(__name__)
 
-def before_measuring(slos: list[Slo], allow_busy: bool = False, log=print) -> QuietReport:
+
+def before_measuring(slos: list[Slo], allow_busy: bool = False, log=logger.info) -> QuietReport:
     """Input files present (or generated) and the machine quiet; raises HotpathError otherwise."""
     for slo in slos:
         get_endpoint(slo.endpoint)
@@ -59,7 +62,7 @@ class CheckRow:
         return self.floor.throughput(self.slo.p95_ms) if self.floor else 0.0
 
 
-def check(url: str, slos: list[Slo], measurement: Measurement = Measurement(), log=print) -> list[CheckRow]:
+def check(url: str, slos: list[Slo], measurement: Measurement = Measurement(), log=logger.info) -> list[CheckRow]:
     rows = []
     for slo in slos:
         floor = get_endpoint(slo.endpoint).measure_floor(quick=True, log=log)

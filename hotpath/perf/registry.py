@@ -8,6 +8,7 @@ tuner searches, and extra report sections. A new endpoint is one more entry here
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -25,6 +26,8 @@ from hotpath.perf.compare.alternatives.pipelines import (
     graph_precision,
 )
 from hotpath.samples import PAYLOADS, Payload, jpeg_photo, short_texts
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class Endpoint:
         """The served graph's precision, as `make engines` recorded it."""
         return graph_precision(self.graph)
 
-    def measure_floor(self, quick: bool = False, log=print) -> Floor:
+    def measure_floor(self, quick: bool = False, log=logger.info) -> Floor:
         """The in-process floor now; `quick`: batch 1 and the largest batch, short windows (perf-check)."""
         batches = (1, self.floor_batches[-1]) if quick else self.floor_batches
         log(f"[perf] {self.name}: in-process floor ({'quick' if quick else 'full'})")

@@ -7,6 +7,7 @@ to it; the registry (hotpath.perf.registry) says what each endpoint is compared 
 from __future__ import annotations
 
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from hotpath.perf.measure.sweep import FULL, QUICK, sweep_endpoint
 from hotpath.perf.registry import get_endpoint
 from hotpath.slo import Slo
 
+logger = logging.getLogger(__name__)
+
 
 def reports_dir() -> Path:
     d = paths.ROOT / "perf" / "reports"
@@ -28,7 +31,7 @@ def reports_dir() -> Path:
 
 def run_perf(url: str, slos: dict[str, Slo], endpoints: list[str], quick: bool = False, compare: bool = False,
              name: str | None = None, quiet: QuietReport | None = None, alternatives: list[str] | None = None,
-             log=print) -> Path:
+             log=logger.info) -> Path:
     """Sweep `endpoints`; with `compare`, measure the alternatives too (only those labelled in
     `alternatives` when given); returns the report path."""
     from hotpath.perf.compare.side_by_side import choose, compare_endpoint, section

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import sys
 import time
 from dataclasses import asdict
@@ -42,6 +43,8 @@ from hotpath.perf.measure.streaming import (
 )
 from hotpath.perf.studies import runner
 from hotpath.slo import StreamingSlo, load_streaming_slos
+
+logger = logging.getLogger(__name__)
 
 ENDPOINT = "text_generation"
 SYSTEMS = ("hotpath", "in-process", "one-at-a-time", "fastapi-transformers", "llama.cpp")
@@ -81,7 +84,7 @@ def follow_up_turns(url: str, max_tokens: int, prompts: list[str]) -> list[list[
     return out
 
 
-def compare_follow_ups(url: str, max_tokens: int, prompts: list[str], log: Callable[[str], None] = print) -> str:
+def compare_follow_ups(url: str, max_tokens: int, prompts: list[str], log: Callable[[str], None] = logger.info) -> str:
     """Follow-up-turn TTFT with the prefix cache on (as built) and off, alternating per round; markdown."""
     import statistics
 
@@ -226,7 +229,7 @@ def _system(name: str, url: str | None, max_tokens: int, sequences: int = 8):
 
 def compare_generation(url: str | None, concurrency: tuple[int, ...] = CONCURRENCY, rounds: int = 2,
                        max_tokens: int = 48, systems: tuple[str, ...] = DEFAULT_SYSTEMS, tag: str = "",
-                       log: Callable[[str], None] = print, notes: list[str] | None = None) -> list[StreamingStats]:
+                       log: Callable[[str], None] = logger.info, notes: list[str] | None = None) -> list[StreamingStats]:
     """Measure every system at every concurrency (Triton systems: a server with explicit model control at `url`).
     In-process runs also append the loop's step breakdown (ORT / loop / sinks) per point to `notes`."""
     from hotpath.runtime.generation.engine import EngineStats
@@ -256,7 +259,7 @@ def compare_generation(url: str | None, concurrency: tuple[int, ...] = CONCURREN
     return rows
 
 
-def wait_quiet(log: Callable[[str], None] = print, max_wait_s: float = 90.0) -> float | None:
+def wait_quiet(log: Callable[[str], None] = logger.info, max_wait_s: float = 90.0) -> float | None:
     """Wait (up to max_wait_s) until other processes use at most hotpath.perf.measure.host_load's limit of CPU;
     returns what they used in the last window (None when the machine cannot be read). Measuring
     goes ahead after the wait either way: the figure lands in the report's run notes."""

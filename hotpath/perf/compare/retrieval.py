@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import logging
 import sys
 import tempfile
 import time
@@ -43,8 +44,11 @@ PG_SETTINGS = {"shared_buffers": "512MB", "maintenance_work_mem": "1GB", "max_pa
 DEFAULT_P95_MS = 30.0
 
 
+logger = logging.getLogger(__name__)
+
+
 def _log(message: str) -> None:
-    print(f"[retrieval-perf] {message}", flush=True)
+    logger.info(f"[retrieval-perf] {message}")
 
 
 def p95_target() -> tuple[float, int]:

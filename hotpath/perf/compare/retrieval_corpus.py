@@ -11,9 +11,12 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
 from pathlib import Path
 
 from hotpath import paths
+
+logger = logging.getLogger(__name__)
 
 STAMP = "bench-build.json"
 
@@ -29,7 +32,7 @@ def _key(spec) -> dict:
             "parameters": {k: v.string_value for k, v in spec.config.parameters.items()}}
 
 
-def full_build(log=print) -> tuple[Path, dict]:
+def full_build(log=logger.info) -> tuple[Path, dict]:
     """(the export dir of the whole-corpus build, its build metrics), building it first when stale."""
     from hotpath.exporters.retrieval_index import RetrievalIndexExporter
     from hotpath.spec import load_spec

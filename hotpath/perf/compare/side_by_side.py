@@ -8,6 +8,8 @@ p95 target, p50 at concurrency 1, and as ratios to hotpath and to the floor.
 
 from __future__ import annotations
 
+import logging
+
 from hotpath.errors import HotpathError
 from hotpath.perf.compare.alternatives.floor import Floor
 from hotpath.perf.compare.alternatives.launch import Context
@@ -17,6 +19,8 @@ from hotpath.perf.measure.point import endpoint_steps
 from hotpath.perf.measure.sweep import SweepPlan, sweep_endpoint, throughput_at_target
 from hotpath.perf.registry import Endpoint
 from hotpath.slo import Slo
+
+logger = logging.getLogger(__name__)
 
 COMPARE_CONCURRENCIES = (1, 2, 4, 8)
 OURS = "tuned"
@@ -51,7 +55,7 @@ def configured_models(endpoint: str) -> list[str]:
 
 
 def compare_endpoint(url: str, slo: Slo, entry: Endpoint, plan: SweepPlan, only: list[str] | None = None,
-                     log=print) -> tuple[list[PerfPoint], dict[str, str]]:
+                     log=logger.info) -> tuple[list[PerfPoint], dict[str, str]]:
     """Measure the registered alternatives of one endpoint (those labelled in `only`, when given);
     returns their points and a note per label.
 

@@ -9,6 +9,7 @@ and from the stub, the step's own work) whose medians show what to remove, plus 
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -23,6 +24,8 @@ from hotpath.perf.measure.perf_analyzer import Measurement, PerfPoint
 from hotpath.perf.measure.point import measure, response_cache_off
 from hotpath.runtime.timing import read_logs
 from hotpath.server.admin import admin_headers
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_CONCURRENCIES = (1, 8)
 
@@ -104,7 +107,7 @@ def _wait_for_traces(trace_file: Path, endpoint: str, t0: int, t1: int, timeout_
 
 def explain(url: str, endpoint: str, input_data: Path | None = None,
             concurrencies=DEFAULT_CONCURRENCIES, measurement: Measurement = Measurement(),
-            stub_dir: Path | None = None, log=print) -> list[Explained]:
+            stub_dir: Path | None = None, log=logger.info) -> list[Explained]:
     """Traced runs of `endpoint` at each concurrency, response cache off."""
     results = []
     with response_cache_off(url, endpoint):

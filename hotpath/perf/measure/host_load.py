@@ -6,6 +6,7 @@ process and its descendants (the local tritonserver, its stubs) do not count.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -13,6 +14,8 @@ from pathlib import Path
 
 from hotpath import settings
 from hotpath.errors import HotpathError
+
+logger = logging.getLogger(__name__)
 
 WINDOW_S = 1.5
 
@@ -163,7 +166,7 @@ def allow_busy_default() -> bool:
     return settings.allow_busy()
 
 
-def require_quiet(allow_busy: bool = False, log=print) -> QuietReport:
+def require_quiet(allow_busy: bool = False, log=logger.info) -> QuietReport:
     """Refuse to measure on a busy machine, naming the busiest processes, unless `allow_busy`."""
     report = measure_others()
     if report.quiet:

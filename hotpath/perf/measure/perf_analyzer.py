@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import subprocess
 import sys
@@ -12,6 +13,8 @@ from pathlib import Path
 
 from hotpath.errors import HotpathError
 from hotpath.server.admin import perf_analyzer_flags, redacted
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -114,8 +117,8 @@ def run(model: str, url: str, load_kind: str, load: float, input_data: Path | No
                 raise HotpathError(str(exc)) from None
             measurement = Measurement(measurement.interval_ms * 2, min(measurement.stability_pct + 25, 100),
                                       measurement.max_trials)
-            print(f"[perf] {model} {load_kind} {load:g}: unstable, retrying with a {measurement.interval_ms} ms "
-                  f"window", flush=True)
+            logger.info(f"[perf] {model} {load_kind} {load:g}: unstable, retrying with a {measurement.interval_ms} ms "
+                        "window")
     raise AssertionError("unreachable")
 
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import numpy as np
 
 from hotpath.perf.measure.perf_analyzer import Measurement
 from hotpath.perf.measure.point import measure
 from hotpath.samples import generated_dir, short_texts
+
+logger = logging.getLogger(__name__)
 
 WORDS = ("fast inference gpu batching latency target search ranking moderation retrieval document query "
          "index vector cache replica shard budget tail percentile queue kernel").split()
@@ -36,7 +39,7 @@ def zipf_texts(n: int, distinct: int = 3000, seed: int = 2) -> list[str]:
     return [base[r] for r in ranks]
 
 
-def measure_cache(url: str, endpoint: str = "text_embedding", log=print) -> list[str]:
+def measure_cache(url: str, endpoint: str = "text_embedding", log=logger.info) -> list[str]:
     """Report lines: miss and hit latency at concurrency 1, and a repeated-text load at concurrency 8."""
     m = Measurement(2000, 30, 4)
     misses = measure(url, endpoint, "concurrency", 1, texts_payload("cache_misses.json", unique_texts(5000)), m, "misses")

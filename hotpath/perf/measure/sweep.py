@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from hotpath.perf.measure.perf_analyzer import Measurement, PerfPoint
 from hotpath.perf.measure.point import endpoint_steps, measure
 from hotpath.slo import Slo
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -27,7 +30,7 @@ def throughput_at_target(points: list[PerfPoint], target_ms: float) -> float:
 
 
 def sweep_endpoint(url: str, slo: Slo, plan: SweepPlan, label: str = "tuned", steps: bool = True,
-                   log=print) -> list[PerfPoint]:
+                   log=logger.info) -> list[PerfPoint]:
     """Closed-loop concurrency sweep, open-loop request rates, then each step model alone."""
     points = []
 

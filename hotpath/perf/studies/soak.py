@@ -8,6 +8,7 @@ response cache keeps filling and every request is computed. `hotpath study soak`
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from hotpath.perf.measure.open_loop import OpenLoopResult, run_open_loop
 from hotpath.perf.registry import get_endpoint
 from hotpath.perf.studies import runner
 from hotpath.server.stubs import rss_mb
+
+logger = logging.getLogger(__name__)
 
 # Offered load per endpoint on the 2-core CPU profile: the endpoints together at about half of what
 # the host sustains (each one's capacity_per_s in perf/slo.toml is measured alone).
@@ -110,7 +113,7 @@ def _cache_util(metrics_url: str | None) -> float | None:
 
 
 def run_soak(url: str, server_pid: int, duration_s: float, rates: dict[str, float] | None = None,
-             sample_s: float = 5.0, metrics_url: str | None = None, log=print) -> SoakResult:
+             sample_s: float = 5.0, metrics_url: str | None = None, log=logger.info) -> SoakResult:
     """Offer `rates` (requests/s per endpoint) together for `duration_s`, sampling RSS every `sample_s`."""
     rates = rates or DEFAULT_RATES
     result = SoakResult(duration_s, dict(rates))

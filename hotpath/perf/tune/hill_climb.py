@@ -15,6 +15,7 @@ or the trial budget is spent.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
@@ -22,6 +23,8 @@ from typing import Callable
 from hotpath.errors import HotpathError
 from hotpath.perf.measure.server_stats import step_cost
 from hotpath.perf.tune.search_space import SearchSpace, State, rank_moves, state_key
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -115,7 +118,7 @@ Evaluate = Callable[[State, str], Trial]
 
 
 def tune(space: SearchSpace, evaluate: Evaluate, objective: Objective, max_trials: int = 12,
-         log: Callable[[str], None] = print) -> tuple[Trial, list[Trial]]:
+         log: Callable[[str], None] = logger.info) -> tuple[Trial, list[Trial]]:
     """Search `space` from its start state; returns (best, every trial in order).
 
     `evaluate(state, change)` applies a state to the server, sweeps it and returns a Trial."""

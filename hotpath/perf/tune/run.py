@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import math
 import os
 import time
@@ -29,6 +30,8 @@ from hotpath.perf.tune.spec_writer import write_back
 from hotpath.samples import ensure_input
 from hotpath.slo import Slo
 
+logger = logging.getLogger(__name__)
+
 # Tuning compares many configs: short windows and a loose stability bound (a retry doubles the
 # window and costs more than it saves); the tuner's own confirmations make up for the noise.
 TUNE_MEASUREMENT = Measurement(2000, 50, 4)
@@ -45,7 +48,7 @@ def runs_dir() -> Path:
 class LiveEvaluator:
     """Apply a state to the server (reloading only the models whose knobs changed) and sweep it."""
 
-    def __init__(self, url: str, slo: Slo, objective: Objective, measurement: Measurement, record: Path, log=print):
+    def __init__(self, url: str, slo: Slo, objective: Objective, measurement: Measurement, record: Path, log=logger.info):
         self.url, self.slo, self.objective, self.measurement, self.record = url, slo, objective, measurement, record
         self.client = grpcclient.InferenceServerClient(url)
         # An ensemble's steps, or the endpoint itself when it is one model.
@@ -104,7 +107,7 @@ class LiveEvaluator:
 def run_tune(url: str, slo: Slo, max_trials: int = 12, concurrencies: tuple[int, ...] = TUNE_SWEEP,
              thread_budget: int | None = None, measurement: Measurement = TUNE_MEASUREMENT,
              vs_model_analyzer: bool = False, reports_dir: Path | None = None,
-             log=print) -> tuple[Trial, list[Trial], Path]:
+             log=logger.info) -> tuple[Trial, list[Trial], Path]:
     """Tune every step of `slo.endpoint`; returns (best, trials, trial log path) and writes the summary report."""
     objective = Objective(slo.p95_ms, tuple(concurrencies), slo.concurrency)
     ensure_input(slo.input_data, f"endpoint {slo.endpoint} in perf/slo.toml")   # payloads made on first use
@@ -159,7 +162,7 @@ def write_winner(best: Trial, start: Trial, specs_dir: Path | None = None) -> li
 
 
 def model_analyzer_rival(evaluate: LiveEvaluator, space: SearchSpace, objective: Objective, step: str,
-                         log=print) -> Rival:
+                         log=logger.info) -> Rival:
     """Let Model Analyzer search `step` alone (it cannot search ensembles), then sweep its pick in the ensemble."""
     from hotpath.perf.compare.alternatives.model_analyzer import run_model_analyzer
 

@@ -6,6 +6,7 @@ read side by side across machines.
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
 from dataclasses import dataclass
@@ -13,11 +14,13 @@ from typing import Callable
 
 import numpy as np
 
+logger = logging.getLogger(__name__)
+
 Runner = Callable[[int], None]  # run one batch of the given size
 
 
 def time_batches(make_runner: Callable[[bool], Runner], batch_sizes, seconds: float, unit: str,
-                 log=print) -> list[dict]:
+                 log=logger.info) -> list[dict]:
     """Throughput and per-batch latency for each batch size, ORT spinning off and on.
 
     `make_runner(allow_spinning)` returns a callable that processes one batch of a given size.
@@ -72,7 +75,7 @@ class Floor:
 
 
 def measure_floor(make_pipeline: Callable[[int, bool], Callable], samples: list, batch_sizes=(1, 4, 8, 16),
-                  seconds: float = 3.0, threads: int = 2, unit: str = "inputs", log=print) -> Floor:
+                  seconds: float = 3.0, threads: int = 2, unit: str = "inputs", log=logger.info) -> Floor:
     """`make_pipeline(threads, allow_spinning)` over `samples`, cycling through them batch by batch."""
     def make_runner(spinning: bool) -> Runner:
         pipe = make_pipeline(threads, spinning)

@@ -8,6 +8,7 @@ stops it (or restores hotpath's configs).
 from __future__ import annotations
 
 import contextlib
+import logging
 import subprocess
 import sys
 import time
@@ -16,6 +17,8 @@ from dataclasses import dataclass, field
 from typing import Callable, ContextManager, Iterator
 
 from hotpath.errors import HotpathError
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -36,7 +39,7 @@ class Context:
     searched_step: str  # the step a single-model tuner gets (Model Analyzer cannot search ensembles)
     p95_ms: float
     concurrency: int
-    log: Callable = print
+    log: Callable = logger.info
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -25,6 +26,8 @@ from typing import Callable, Iterator
 
 from hotpath import paths
 from hotpath.errors import HotpathError
+
+logger = logging.getLogger(__name__)
 
 NODE_LLAMA_CPP_VERSION = "3.21.1"
 SCRIPT = Path(__file__).with_name("llama_cpp_server.mjs")
@@ -46,7 +49,7 @@ def installed_version(folder: Path | None = None) -> str | None:
         return None
 
 
-def ensure_installed(log: Callable[[str], None] = print, folder: Path | None = None) -> Path:
+def ensure_installed(log: Callable[[str], None] = logger.info, folder: Path | None = None) -> Path:
     """node-llama-cpp NODE_LLAMA_CPP_VERSION in `folder` (default .hotpath/llama-cpp); installs it if
     missing or at another version. Returns the package's entry point."""
     folder = folder or install_dir()
@@ -88,7 +91,7 @@ def _prune_prebuilt(folder: Path) -> None:
 
 @contextlib.contextmanager
 def serving(sequences: int = 8, threads: int = 2, context_size: int = 512,
-            log: Callable[[str], None] = print) -> Iterator[tuple[str, int]]:
+            log: Callable[[str], None] = logger.info) -> Iterator[tuple[str, int]]:
     """The node server on a free port for the duration (installed on first use); yields (host, port)."""
     from hotpath.exporters.smollm2 import gguf_path
     from hotpath.perf.compare.alternatives.launch import process

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import json
+import logging
 import os
 import shutil
 import signal
@@ -26,6 +27,8 @@ from hotpath.samples import payload_for
 from hotpath.server.install import TritonInstall, prepare_backend_dir, server_environment
 from hotpath.server.staging import stage_repository
 
+logger = logging.getLogger(__name__)
+
 MA_VERSION = "1.58.0"
 
 
@@ -40,7 +43,7 @@ class ModelAnalyzerResult:
     rows: list[dict]
 
 
-def ma_venv(log=print) -> Path:
+def ma_venv(log=logger.info) -> Path:
     """The Model Analyzer venv, created on first use."""
     venv = paths.work_dir() / "ma-venv"
     exe = venv / "bin" / "model-analyzer"
@@ -51,7 +54,7 @@ def ma_venv(log=print) -> Path:
     return exe
 
 
-def run_model_analyzer(model: str, target_p95_ms: float, concurrency: int | list[int], log=print,
+def run_model_analyzer(model: str, target_p95_ms: float, concurrency: int | list[int], log=logger.info,
                        timeout_s: float | None = None) -> ModelAnalyzerResult:
     """Search 6 configs of `model` alone (instances x queue delay) at `concurrency` (one load or a sweep).
 
