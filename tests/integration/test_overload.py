@@ -1,9 +1,10 @@
-"""Bounded work and load shedding, against a real tritonserver on loopback.
+"""Bounded work, against a real tritonserver on loopback: one worst-case input (a 10 MB text, a PNG
+that inflates to 40 megapixels, the largest input the limits admit) no longer stalls the requests
+around it.
 
-- One worst-case input (a 10 MB text, a PNG that inflates to 40 megapixels, the largest input the
-  limits admit) no longer stalls the requests around it.
-- Open loop at about twice capacity for a few seconds: the queue policies in the specs refuse the
-  excess at once with UNAVAILABLE, and the admitted requests keep their latency.
+Load shedding is not the server's: any default_queue_policy stalls tritonserver 2.51's dynamic batcher
+~0.5 s between executions (c=8: p95 525 ms, 60-87/s vs 33 ms, 375/s; perf/reports/overload.md), so the
+specs set none and the tenant gateway sheds in front of the server (tests/integration/test_gateway.py).
 """
 
 import io
@@ -17,8 +18,6 @@ from PIL import Image
 
 from hotpath.client import text_input
 from hotpath.paths import model_specs_dir
-from hotpath.perf.measure.open_loop import run_open_loop
-from hotpath.slo import load_slos
 from hotpath.spec import load_spec
 from tests.imagegen import encode, photo
 
@@ -101,47 +100,8 @@ def test_one_worst_case_input_does_not_stall_its_neighbours(grpc_url, model):
         # Before the limits: a 10 MB text held the tokenizer 6-7.5 s; a 40 MP PNG slowed images to 1.6 s.
         # What is left is moving the payload itself (the largest admitted image, ~8 MB, stalls its
         # neighbours up to ~0.5 s on a busy 2-core host, most of it before the model's execute()).
-        assert worst_ms < 1000, f"{model}: the worst-case input took {worst_ms:.0f} ms"
-        assert max(neighbours) < np.median(baseline) + 1000, \
+        # Bounds relative to this run's own baseline, so a host slowed by other work gives the same verdict.
+        bound_ms = 1000 + 20 * np.median(baseline)
+        assert worst_ms < bound_ms, f"{model}: the worst-case input took {worst_ms:.0f} ms (bound {bound_ms:.0f})"
+        assert max(neighbours) < bound_ms, \
             f"{model}: neighbours up to {max(neighbours):.0f} ms (baseline p50 {np.median(baseline):.0f} ms)"
-
-
-@pytest.fixture(scope="module")
-def overload(grpc_url):
-    """text_embedding (one model: its queue policy is the whole story) at ~2x a 2-core host's capacity
-    (700/s open loop is all admitted with batches of up to 32, p95 ~41 ms)."""
-    unique = "offered load {} with a unique text so the response cache never answers"
-    warm = run_open_loop(grpc_url, "text_embedding", lambda i: [text_input("TEXT", [f"warm {i} " + unique])],
-                         rate=100, duration_s=1)  # first batches of each shape are slow: not the subject
-    assert len(warm.of("OK")) == len(warm.outcomes), warm.summary()
-    result = run_open_loop(grpc_url, "text_embedding", lambda i: [text_input("TEXT", [unique.format(i)])],
-                           rate=1400, duration_s=3)
-    print(f"warm-up: {warm.summary()}\n2x capacity: {result.summary()}")
-    return warm, result
-
-
-QUEUE_POLICY_STALL = ("no queue policy in the specs: any default_queue_policy stalls tritonserver 2.51's dynamic "
-                      "batcher ~0.5 s between executions (c=8: p95 525 ms, 60-87/s vs 33 ms, 375/s; "
-                      "perf/reports/overload.md); load is shed in front of the server by the tenant gateway "
-                      "(tests/integration/test_gateway.py)")
-
-
-@pytest.mark.skip(reason=QUEUE_POLICY_STALL)
-def test_open_loop_at_twice_capacity_refuses_the_excess_fast_with_unavailable(overload):
-    _, result = overload
-    refused, admitted = result.of("UNAVAILABLE"), result.of("OK")
-    assert len(refused) + len(admitted) == len(result.outcomes), {o.status for o in result.outcomes}
-    assert refused, "nothing refused at ~2x capacity: no queue policy in effect"
-    assert admitted, result.summary()
-    assert all("Exceeds maximum queue size" in o.message for o in refused), {o.message for o in refused}
-    assert result.latency_ms("UNAVAILABLE", 50) < 5, result.summary()  # a full queue answers at once
-    assert result.latency_ms("UNAVAILABLE", 95) < 100, result.summary()  # busy 2-core host: tail
-
-
-@pytest.mark.skip(reason=QUEUE_POLICY_STALL)
-def test_open_loop_at_twice_capacity_keeps_admitted_latency(overload):
-    warm, result = overload
-    target_ms = load_slos("cpu")["text_embedding"].p95_ms
-    # Without a queue policy admitted requests waited for seconds (p99 33.8 s at 2x capacity).
-    bound = max(4 * target_ms, 4 * warm.latency_ms("OK", 95))
-    assert result.latency_ms("OK", 95) < bound, (bound, result.summary())
