@@ -69,7 +69,7 @@ class LiveEvaluator:
     def warm_up(self) -> None:
         """An untimed pass after a reload: fresh instances meet new shapes (ORT plans per shape), so a
         trial measured right after its reload and its confirmation see the same warm server."""
-        with contextlib.suppress(HotpathError):   # a queue policy may shed cold requests: warm all the same
+        with contextlib.suppress(HotpathError):   # cold requests may fail or be refused: warm all the same
             analyzer.run(self.slo.endpoint, self.url, "concurrency", self.objective.declared, self.slo.input_data,
                          measurement=WARM_UP, retries=0)
 
@@ -96,7 +96,7 @@ class LiveEvaluator:
                     pp = measure(self.url, self.slo.endpoint, "concurrency", c, self.slo.input_data,
                                  self.measurement)
                 except HotpathError as exc:
-                    # Requests refused (a queue policy shedding load) or failing: this load is out of reach.
+                    # Requests refused or failing: this load is out of reach.
                     self.log(f"[tune] {change}: concurrency {c} counted as a miss: {' '.join(str(exc).split())}")
                     points.append(Point(c, math.inf, math.inf, 0.0))
                     continue
