@@ -19,6 +19,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from hotpath.perf.measure.workers import run_together
+
 Search = Callable[[str], list[str]]   # one query -> its top-k ids, best first
 
 
@@ -90,16 +92,7 @@ def closed_loop(system: str, connect: Callable[[], Search], queries: Sequence[st
             latencies.extend(mine)
             errors.extend(failed)
 
-    threads = [threading.Thread(target=worker, args=(n,), daemon=True) for n in range(concurrency)]
-    for t in threads:
-        t.start()
-    ready.wait()
-    start = time.perf_counter()
-    time.sleep(duration_s)
-    stop.set()
-    for t in threads:
-        t.join()
-    wall = time.perf_counter() - start
+    wall = run_together(worker, concurrency, ready, duration_s, stop)
     ms = np.array(latencies) * 1000 if latencies else np.array([np.nan])
     return Point(system, concurrency, len(latencies) + len(errors), len(errors), wall,
                  float(np.percentile(ms, 50)), float(np.percentile(ms, 95)), errors[0] if errors else "")

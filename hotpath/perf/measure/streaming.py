@@ -19,6 +19,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from hotpath.perf.measure.workers import run_together
 from hotpath.slo import StreamingSlo
 
 # Chat prompts whose greedy replies run long enough (dozens of tokens) to show steady-state ITL.
@@ -96,14 +97,7 @@ def run_load(send: Callable[[str], StreamRecord], concurrency: int, rounds: int 
             with lock:
                 records.append(record)
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    start = time.perf_counter()
-    for t in threads:
-        t.join()
-    return records, time.perf_counter() - start
+    return records, run_together(worker, concurrency, barrier)
 
 
 def triton_sender(url: str, model: str = "text_generation", max_tokens: int = 48) -> Callable[[str], StreamRecord]:
