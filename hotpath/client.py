@@ -15,7 +15,6 @@ the `token` argument, else $HOTPATH_TOKEN.
 
 from __future__ import annotations
 
-import os
 import queue
 import random
 import time
@@ -27,6 +26,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from hotpath import settings
 from hotpath.errors import HotpathError
 
 
@@ -131,7 +131,7 @@ class RetryPolicy:
         return random.uniform(0, min(self.max_backoff_s, self.initial_backoff_s * 2 ** (attempt - 1)))
 
 
-TOKEN_ENV = "HOTPATH_TOKEN"
+TOKEN_ENV = settings.token.name
 
 
 class BearerToken(grpcclient.InferenceServerClientPlugin):
@@ -147,7 +147,7 @@ class BearerToken(grpcclient.InferenceServerClientPlugin):
 def connect(url: str, token: str | None = None) -> grpcclient.InferenceServerClient:
     """A gRPC client for `url` that sends `token` (default $HOTPATH_TOKEN) when there is one."""
     client = grpcclient.InferenceServerClient(url)
-    token = token if token is not None else os.environ.get(TOKEN_ENV, "").strip()
+    token = token if token is not None else settings.token()
     if token:
         client.register_plugin(BearerToken(token))
     return client
