@@ -121,10 +121,15 @@ class RetryPolicy:
                 return fn()
             except InferenceServerException as exc:
                 error = client_error(where, exc)
-            if not error.retryable or attempt >= self.attempts:
-                raise error from None
-            time.sleep(self.backoff_s(attempt))
+            self.wait_or_raise(error, attempt)
             attempt += 1
+
+    def wait_or_raise(self, error: ClientError, attempt: int) -> None:
+        """After failed attempt number `attempt`: raise `error` unless it is retryable and attempts are left,
+        else sleep the backoff (so the caller tries again)."""
+        if not error.retryable or attempt >= self.attempts:
+            raise error from None
+        time.sleep(self.backoff_s(attempt))
 
     def backoff_s(self, attempt: int) -> float:
         """The pause after failed attempt number `attempt` (1-based): full jitter, capped."""
@@ -425,9 +430,9 @@ class GenerationClient:
                     yield event
                 return
             except ClientError as error:
-                if started or not error.retryable or attempt >= self.retry.attempts:
+                if started:  # a stream that has yielded tokens is never replayed
                     raise
-            time.sleep(self.retry.backoff_s(attempt))
+                self.retry.wait_or_raise(error, attempt)
             attempt += 1
 
     def _stream_once(self, prompt: str | bytes, **params) -> Iterator[TokenDelta | Generation]:
