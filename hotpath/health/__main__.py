@@ -14,7 +14,8 @@ import argparse
 import sys
 
 from hotpath import settings
-from hotpath.health.probe import endpoints, probe_all, read_configs, server_live
+from hotpath.health.probe import endpoint_configs, probe_all, server_live
+from hotpath.repository import Repository
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--liveness", action="store_true",
                         help="tolerate overload refusals from a live server; fail on faults and timeouts")
     args = parser.parse_args(argv)
-    configs = endpoints(read_configs(args.repository))
+    configs = endpoint_configs(Repository(args.repository))
     if not configs:
         print(f"no endpoints found in {args.repository}", file=sys.stderr)
         return 2
