@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
+from hotpath import settings
 from hotpath.errors import HotpathError
-
-
-def _env_int(name: str, default: int) -> int:
-    return int(os.environ.get(name, default))
 
 
 def cmd_engines(args: argparse.Namespace) -> int:
@@ -244,15 +240,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="serve the repository with a local tritonserver until Ctrl-C")
     p.add_argument("--repository", default=None)
-    p.add_argument("--http-port", type=int, default=_env_int("HOTPATH_HTTP_PORT", 8000))
-    p.add_argument("--grpc-port", type=int, default=_env_int("HOTPATH_GRPC_PORT", 8001))
-    p.add_argument("--metrics-port", type=int, default=_env_int("HOTPATH_METRICS_PORT", 8002))
+    p.add_argument("--http-port", type=int, default=settings.http_port())
+    p.add_argument("--grpc-port", type=int, default=settings.grpc_port())
+    p.add_argument("--metrics-port", type=int, default=settings.metrics_port())
     p.add_argument("--ort-threads", type=int, default=None,
                    help="override intra_op_thread_count of ONNX models in the staged copy")
     p.add_argument("--demo", action="store_true", help="send one real request once ready and print it")
-    p.add_argument("--trace-otlp", metavar="URL", default=os.environ.get("HOTPATH_TRACE_OTLP_URL"),
+    p.add_argument("--trace-otlp", metavar="URL", default=settings.trace_otlp_url(),
                    help="OpenTelemetry trace mode: export spans over OTLP/HTTP to URL (host:port/v1/traces)")
-    p.add_argument("--trace-rate", type=int, default=_env_int("HOTPATH_TRACE_RATE", 1000),
+    p.add_argument("--trace-rate", type=int, default=settings.trace_rate(),
                    help="with --trace-otlp: trace one request in N (default 1000)")
     p.add_argument("--no-watchdog", action="store_true",
                    help="do not restart models whose Python stub died (default: watch and restart them)")
@@ -262,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("embed", help="embed texts through the text_embedding endpoint (gRPC)")
     p.add_argument("texts", nargs="+")
-    p.add_argument("--url", default=os.environ.get("HOTPATH_GRPC_URL", "localhost:8001"))
+    p.add_argument("--url", default=settings.grpc_url())
     p.add_argument("--model", default="text_embedding")
     p.add_argument("--similarity", action="store_true", help="print the cosine similarity matrix")
     p.set_defaults(func=cmd_embed)
@@ -273,13 +269,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", type=int, default=None, help="results per query (default: the endpoint's default_k)")
     p.add_argument("--upsert", metavar="ID", default=None, help="store the text as document ID (add or replace)")
     p.add_argument("--delete", action="store_true", help="delete the documents whose ids are given")
-    p.add_argument("--url", default=os.environ.get("HOTPATH_GRPC_URL", "localhost:8001"))
+    p.add_argument("--url", default=settings.grpc_url())
     p.add_argument("--model", default="retrieval")
     p.set_defaults(func=cmd_search)
 
     p = sub.add_parser("classify", help="top-5 ImageNet labels for image files (JPEG, PNG, WebP) over gRPC")
     p.add_argument("files", nargs="+")
-    p.add_argument("--url", default=os.environ.get("HOTPATH_GRPC_URL", "localhost:8001"))
+    p.add_argument("--url", default=settings.grpc_url())
     p.add_argument("--model", default="image_classification")
     p.set_defaults(func=cmd_classify)
 
@@ -290,12 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=None)
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--stop", action="append", default=None, help="stop string (repeatable)")
-    p.add_argument("--url", default=os.environ.get("HOTPATH_GRPC_URL", "localhost:8001"))
+    p.add_argument("--url", default=settings.grpc_url())
     p.add_argument("--model", default="text_generation")
     p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("perf", help="perf_analyzer sweeps of every endpoint and its steps; report in perf/reports/")
-    p.add_argument("--profile", default=os.environ.get("HOTPATH_PERF_PROFILE", "cpu"))
+    p.add_argument("--profile", default=settings.perf_profile())
     p.add_argument("--endpoint", action="append", help="sweep only this endpoint (repeatable)")
     p.add_argument("--quick", action="store_true", help="smoke: two load points per endpoint, short windows")
     p.add_argument("--compare", action="store_true",
@@ -311,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_perf)
 
     p = sub.add_parser("perf-check", help="fail when an endpoint misses its p95 target at its declared load")
-    p.add_argument("--profile", default=os.environ.get("HOTPATH_PERF_PROFILE", "cpu"))
+    p.add_argument("--profile", default=settings.perf_profile())
     p.add_argument("--endpoint", action="append", help="check only this endpoint (repeatable)")
     p.add_argument("--url", default=None, help="use a running server instead of starting one")
     _allow_busy_flag(p)
@@ -319,7 +315,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tune", help="tune an endpoint's models against its p95 target; write the winner into specs")
     p.add_argument("endpoint")
-    p.add_argument("--profile", default=os.environ.get("HOTPATH_PERF_PROFILE", "cpu"))
+    p.add_argument("--profile", default=settings.perf_profile())
     p.add_argument("--max-trials", type=int, default=12, help="measurements in all, confirmations included")
     p.add_argument("--concurrency", type=lambda v: tuple(int(c) for c in v.split(",")), default=(2, 4, 8),
                    help="closed-loop sweep, comma-separated (the SLO's declared load is always added)")

@@ -15,7 +15,6 @@ the `token` argument, else $HOTPATH_TOKEN.
 
 from __future__ import annotations
 
-import os
 import queue
 import random
 import time
@@ -27,6 +26,7 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from hotpath import settings
 from hotpath.errors import HotpathError
 
 
@@ -121,17 +121,22 @@ class RetryPolicy:
                 return fn()
             except InferenceServerException as exc:
                 error = client_error(where, exc)
-            if not error.retryable or attempt >= self.attempts:
-                raise error from None
-            time.sleep(self.backoff_s(attempt))
+            self.wait_or_raise(error, attempt)
             attempt += 1
+
+    def wait_or_raise(self, error: ClientError, attempt: int) -> None:
+        """After failed attempt number `attempt`: raise `error` unless it is retryable and attempts are left,
+        else sleep the backoff (so the caller tries again)."""
+        if not error.retryable or attempt >= self.attempts:
+            raise error from None
+        time.sleep(self.backoff_s(attempt))
 
     def backoff_s(self, attempt: int) -> float:
         """The pause after failed attempt number `attempt` (1-based): full jitter, capped."""
         return random.uniform(0, min(self.max_backoff_s, self.initial_backoff_s * 2 ** (attempt - 1)))
 
 
-TOKEN_ENV = "HOTPATH_TOKEN"
+TOKEN_ENV = settings.token.name
 
 
 class BearerToken(grpcclient.InferenceServerClientPlugin):
@@ -147,7 +152,7 @@ class BearerToken(grpcclient.InferenceServerClientPlugin):
 def connect(url: str, token: str | None = None) -> grpcclient.InferenceServerClient:
     """A gRPC client for `url` that sends `token` (default $HOTPATH_TOKEN) when there is one."""
     client = grpcclient.InferenceServerClient(url)
-    token = token if token is not None else os.environ.get(TOKEN_ENV, "").strip()
+    token = token if token is not None else settings.token()
     if token:
         client.register_plugin(BearerToken(token))
     return client
@@ -425,9 +430,9 @@ class GenerationClient:
                     yield event
                 return
             except ClientError as error:
-                if started or not error.retryable or attempt >= self.retry.attempts:
+                if started:  # a stream that has yielded tokens is never replayed
                     raise
-            time.sleep(self.retry.backoff_s(attempt))
+                self.retry.wait_or_raise(error, attempt)
             attempt += 1
 
     def _stream_once(self, prompt: str | bytes, **params) -> Iterator[TokenDelta | Generation]:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from google.protobuf import text_format
-
 # What a version directory must hold, per backend/platform.
 _REQUIRED = {
     "onnxruntime": "model.onnx",
@@ -23,21 +21,20 @@ _REQUIRED = {
 
 def check_repository(repository: Path) -> list[str]:
     """Problems found in `repository` (empty when it is ready to serve)."""
-    from tritonclient.grpc import model_config_pb2 as mc
+    from hotpath.repository import CONFIG_FILE, ConfigError, read_config
 
     repository = Path(repository)
     if not repository.is_dir():
         return [f"{repository}: not a directory"]
     problems, configs = [], {}
     for model_dir in sorted(p for p in repository.iterdir() if p.is_dir()):
-        cfg_path = model_dir / "config.pbtxt"
-        if not cfg_path.exists():
-            problems.append(f"{model_dir.name}: no config.pbtxt")
+        if not (model_dir / CONFIG_FILE).exists():
+            problems.append(f"{model_dir.name}: no {CONFIG_FILE}")
             continue
         try:
-            config = text_format.Parse(cfg_path.read_text(), mc.ModelConfig())
-        except text_format.ParseError as exc:
-            problems.append(f"{model_dir.name}: config.pbtxt does not parse: {exc}")
+            config = read_config(model_dir)
+        except ConfigError as exc:
+            problems.append(f"{model_dir.name}: {CONFIG_FILE} does not parse: {exc.reason}")
             continue
         configs[model_dir.name] = config
         versions = [v for v in model_dir.iterdir() if v.is_dir() and v.name.isdigit()]

@@ -1,10 +1,12 @@
-"""Every `HOTPATH_*` environment variable: one typed accessor each, with its default and what it does.
+"""Every environment variable hotpath reads: one typed accessor each, with its default and what it does.
 
+`HOTPATH_*` variables, and the few unprefixed ones the container's environment sets (its ports, its
+repository, the tritonserver binary: docker/entrypoint.sh and the Kubernetes manifests name them).
 An accessor reads the variable when called (tests and child processes change the environment), from
 `os.environ` or from the mapping it is given (the container's command is built from one). Unset or
 empty means the default. README's "Environment variables" table lists every name here, and
-tests/unit/test_settings.py fails when code reads a `HOTPATH_*` name missing from this module or from
-README. Stdlib only: the container imports it (docker/Dockerfile copies it).
+tests/unit/test_settings.py fails when code reads a variable other than through this module, or one
+missing from README. Stdlib only: the container and the Python stubs import it (docker/Dockerfile copies it).
 """
 
 from __future__ import annotations
@@ -43,10 +45,15 @@ def _optional(raw: str) -> str | None:
 SETTINGS: dict[str, Setting] = {}
 
 
-def _setting(name: str, default: T, parse: Callable[[str], T], doc: str) -> Setting[T]:
-    setting = Setting(f"HOTPATH_{name}", default, parse, doc)
+def _setting(name: str, default: T, parse: Callable[[str], T], doc: str, prefix: str = "HOTPATH_") -> Setting[T]:
+    setting = Setting(prefix + name, default, parse, doc)
     SETTINGS[setting.name] = setting
     return setting
+
+
+def _container(name: str, default: T, parse: Callable[[str], T], doc: str) -> Setting[T]:
+    """An unprefixed variable of the container's environment."""
+    return _setting(name, default, parse, doc, prefix="")
 
 
 # Where things live (hotpath.paths).
@@ -105,3 +112,10 @@ cache_dir = _setting("CACHE_DIR", "/cache", str, "container: volume for rebuilt 
 on_incompatible = _setting("ON_INCOMPATIBLE", "rebuild", str,
                            "container: a plan that does not fit the GPU: rebuild | fail")
 watchdog = _setting("WATCHDOG", True, _flag, "container: 0 execs tritonserver without the stub watchdog")
+
+# The container's own environment (docker/entrypoint.sh, deploy/): unprefixed names.
+container_http_port = _container("HTTP_PORT", 8000, int, "container: tritonserver's HTTP port")
+container_grpc_port = _container("GRPC_PORT", 8001, int, "container: tritonserver's gRPC port (the health probe's too)")
+container_metrics_port = _container("METRICS_PORT", 8002, int, "container: tritonserver's metrics port")
+container_repository = _container("MODEL_REPOSITORY", "/models", str, "container: the repository it serves")
+tritonserver = _container("TRITONSERVER", "tritonserver", str, "container: the tritonserver binary")

@@ -19,8 +19,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from hotpath import paths
-from hotpath.config import instance_count
 from hotpath.errors import HotpathError
+from hotpath.repository import instance_count
 from hotpath.slo import load_slos
 from hotpath.spec import load_specs
 

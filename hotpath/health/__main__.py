@@ -11,24 +11,25 @@ Used by the container's HEALTHCHECK and the Kubernetes readiness/liveness exec p
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
-from hotpath.health.probe import endpoints, probe_all, read_configs, server_live
+from hotpath import settings
+from hotpath.health.probe import endpoint_configs, probe_all, server_live
+from hotpath.repository import Repository
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hotpath.health", description=__doc__.splitlines()[0])
-    parser.add_argument("--url", default=f"127.0.0.1:{os.environ.get('GRPC_PORT', '8001')}",
+    parser.add_argument("--url", default=f"127.0.0.1:{settings.container_grpc_port()}",
                         help="gRPC address of the server (default 127.0.0.1:$GRPC_PORT or :8001)")
-    parser.add_argument("--repository", default=os.environ.get("MODEL_REPOSITORY", "/models"),
+    parser.add_argument("--repository", default=settings.container_repository(),
                         help="the model repository the server runs (endpoints are read from its configs)")
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds per endpoint (default 5)")
     parser.add_argument("--quiet", action="store_true", help="print failures only")
     parser.add_argument("--liveness", action="store_true",
                         help="tolerate overload refusals from a live server; fail on faults and timeouts")
     args = parser.parse_args(argv)
-    configs = endpoints(read_configs(args.repository))
+    configs = endpoint_configs(Repository(args.repository))
     if not configs:
         print(f"no endpoints found in {args.repository}", file=sys.stderr)
         return 2

@@ -15,13 +15,13 @@ import os
 import queue
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import tritonclient.grpc as grpcclient
-from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
+
+from hotpath.repository import Repository
 
 _counter = itertools.count()
 
@@ -48,19 +48,10 @@ class ProbeResult:
         return head if self.ok else f"{head}: {self.message}"
 
 
-def read_configs(repository: Path) -> dict[str, mc.ModelConfig]:
-    """Every model config of a repository, by model name."""
-    configs = {}
-    for path in sorted(Path(repository).glob("*/config.pbtxt")):
-        config = text_format.Parse(path.read_text(), mc.ModelConfig())
-        configs[config.name or path.parent.name] = config
-    return configs
-
-
-def endpoints(configs: dict[str, mc.ModelConfig]) -> list[mc.ModelConfig]:
-    """The models a client calls: those that are no ensemble's step."""
-    steps = {step.model_name for c in configs.values() for step in c.ensemble_scheduling.step}
-    return [c for name, c in sorted(configs.items()) if name not in steps]
+def endpoint_configs(repository: Repository) -> list[mc.ModelConfig]:
+    """The config of every endpoint of a repository (what a probe request is built from), by name."""
+    configs = repository.configs()
+    return [configs[e.name] for e in repository.endpoints()]
 
 
 def _png(seed: int) -> bytes:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from hotpath.monitoring import promql as q
-from hotpath.monitoring.endpoints import Endpoint
+from hotpath.monitoring.endpoints import Watched
 
 METRIC = "hotpath_queue_ms_per_request"   # what deploy/'s HorizontalPodAutoscaler asks for
 
 
-def adapter_config(endpoints: list[Endpoint]) -> dict:
+def adapter_config(endpoints: list[Watched]) -> dict:
     """The adapter's config file (`rules:`): queue ms per endpoint request, per pod, over 1 minute."""
     models = list(dict.fromkeys(m for e in endpoints for m in e.models))
     names = [e.name for e in endpoints]
@@ -20,7 +20,7 @@ def adapter_config(endpoints: list[Endpoint]) -> dict:
     }]}
 
 
-def hpa_target_patch(endpoints: list[Endpoint]) -> dict:
+def hpa_target_patch(endpoints: list[Watched]) -> dict:
     """Strategic-merge patch setting the HPA's target to the tightest endpoint's queue budget."""
     from hotpath.monitoring.rules import queue_budget_ms
 

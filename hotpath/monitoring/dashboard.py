@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hotpath.monitoring import promql as q
-from hotpath.monitoring.endpoints import Endpoint
+from hotpath.repository import Endpoint
 
 WHERE = 'instance=~"$instance"'
 WINDOW = "$__rate_interval"
@@ -27,7 +27,7 @@ def _panels(e: Endpoint) -> list[Panel]:
     quantiles = tuple((q.latency_quantile_ms(e, x, WHERE), f"p{x[2:].ljust(2, '0')}") for x in q.QUANTILES)
     latency_note = ("Worst replica's quantiles from Triton's summaries (sliding window)."
                     + (" The response cache is on, so Triton publishes no summary for the endpoint itself: "
-                       "quantiles are the sum of its steps' (a cache miss); the mean includes hits." if e.cached else ""))
+                       "quantiles are the sum of its steps' (a cache miss); the mean includes hits." if e.response_cache else ""))
     panels = [
         Panel("Latency p50 / p95 / p99 vs target", "ms",
               quantiles + ((f'hotpath:p95_target_ms{{model="{e.name}"}}', "p95 target (perf/slo.toml)"),
@@ -55,7 +55,7 @@ def _panels(e: Endpoint) -> list[Panel]:
         Panel("Failure ratio", "percentunit", ((q.failure_ratio([e.name], WINDOW, WHERE), "{{model}}"),),
               "Failed / all requests of the endpoint."),
     ]
-    if e.cached:
+    if e.response_cache:
         panels.append(Panel("Response cache hit rate and fill", "percentunit",
                             ((q.cache_hit_ratio([e.name], WINDOW, WHERE), "hit rate"),
                              (q.host_gauge("nv_cache_util", WHERE), "{{instance}} cache fill")),

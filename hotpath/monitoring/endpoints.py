@@ -2,38 +2,32 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-from hotpath import paths
-from hotpath.config import read_config
 from hotpath.errors import HotpathError
+from hotpath.repository import Endpoint, Repository
 from hotpath.slo import load_slos
 
 
 @dataclass(frozen=True)
-class Endpoint:
-    name: str
-    steps: tuple[str, ...]   # composing models in order; the model itself when it is not an ensemble
-    cached: bool             # response cache on: Triton then publishes no request-latency summary for it
+class Watched(Endpoint):
+    """An endpoint of the repository and the p95 target it is watched against."""
     p95_ms: float
 
-    @property
-    def models(self) -> tuple[str, ...]:
-        """The endpoint and its steps, each once."""
-        return tuple(dict.fromkeys((self.name, *self.steps)))
+    @classmethod
+    def of(cls, endpoint: Endpoint, p95_ms: float) -> "Watched":
+        return cls(**{f.name: getattr(endpoint, f.name) for f in fields(Endpoint)}, p95_ms=p95_ms)
 
 
-def load_endpoints(profile: str, repository: Path | None = None, slo_path: Path | None = None) -> list[Endpoint]:
+def load_endpoints(profile: str, repository: Path | None = None, slo_path: Path | None = None) -> list[Watched]:
     """Every endpoint of `profile` in perf/slo.toml, described from its config in the repository."""
-    repository = Path(repository or paths.model_repository())
+    repo = Repository(repository)
     out = []
     for name, slo in sorted(load_slos(profile, slo_path).items()):
-        if not (repository / name / "config.pbtxt").exists():
-            raise HotpathError(f"endpoint '{name}' of perf/slo.toml has no config in {repository}")
-        config = read_config(repository / name)
-        steps = tuple(s.model_name for s in config.ensemble_scheduling.step) or (name,)
-        out.append(Endpoint(name, steps, config.response_cache.enable, slo.p95_ms))
+        if name not in repo.configs():
+            raise HotpathError(f"endpoint '{name}' of perf/slo.toml has no config in {repo.path}")
+        out.append(Watched.of(repo.endpoint(name), slo.p95_ms))
     return out
 
 

@@ -7,7 +7,7 @@ in milliseconds (Triton reports microseconds).
 
 from __future__ import annotations
 
-from hotpath.monitoring.endpoints import Endpoint
+from hotpath.repository import Endpoint
 
 JOB = "hotpath"   # scrape job of Triton's metrics port (docs/operations.md, deploy/ pod annotations)
 QUANTILES = ("0.5", "0.95", "0.99")
@@ -39,7 +39,7 @@ def latency_quantile_ms(endpoint: Endpoint, quantile: str, where: str = "") -> s
     ensemble, the queue and compute phase summaries for a single model. A sum of quantiles is
     exact when the parts are slow together (queueing) and errs high otherwise.
     """
-    if not endpoint.cached:
+    if not endpoint.response_cache:
         return f"max by (model) (nv_inference_request_summary_us{sel([endpoint.name], where, quantile=quantile)}) / 1000"
     if endpoint.steps == (endpoint.name,):
         parts = [f"max by (model) ({m}{sel([endpoint.name], where, quantile=quantile)})" for m in PHASE_SUMMARIES]

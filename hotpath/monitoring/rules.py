@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from hotpath.monitoring import promql as q
-from hotpath.monitoring.endpoints import Endpoint
+from hotpath.monitoring.endpoints import Watched
 
 FAILURE_RATIO_MAX = 0.01        # more than 1% of requests failing pages someone
 QUEUE_SHARE_OF_P95 = 0.25       # queueing may eat a quarter of the p95 budget before it is a trend to act on
@@ -59,7 +59,7 @@ def _m(name: str) -> str:
     return f'{{model="{name}"}}'
 
 
-def recording_rules(endpoints: list[Endpoint]) -> list[Record]:
+def recording_rules(endpoints: list[Watched]) -> list[Record]:
     names = [e.name for e in endpoints]
     steps = list(dict.fromkeys(s for e in endpoints for s in e.steps))
     rules = []
@@ -72,7 +72,7 @@ def recording_rules(endpoints: list[Endpoint]) -> list[Record]:
         rules.append(Record("hotpath:p95_target_ms", f"vector({e.p95_ms})", label))
         rules.append(Record("hotpath:endpoint_queue_ms_per_request:rate1m",
                             q.queue_ms_per_endpoint_request(e.models, [e.name], "1m"), label))
-    cached = [e.name for e in endpoints if e.cached]
+    cached = [e.name for e in endpoints if e.response_cache]
     rules += [
         Record("hotpath:requests_per_second:rate1m", q.requests_per_second(names, "1m")),
         Record("hotpath:failure_ratio:rate5m", q.failure_ratio(names, "5m")),
@@ -85,7 +85,7 @@ def recording_rules(endpoints: list[Endpoint]) -> list[Record]:
     return rules
 
 
-def endpoint_alerts(e: Endpoint) -> list[Alert]:
+def endpoint_alerts(e: Watched) -> list[Alert]:
     m = _m(e.name)
     budget = queue_budget_ms(e.p95_ms)
     queue = f"hotpath:endpoint_queue_ms_per_request:rate1m{m}"
@@ -113,7 +113,7 @@ def endpoint_alerts(e: Endpoint) -> list[Alert]:
               f"A replica answers scrapes but lacks a model of {e.name} (expected: {', '.join(e.models)}): "
               "a model failed to load or was unloaded."),
     ]
-    if e.cached:
+    if e.response_cache:
         ratio5m, ratio1h = f"hotpath:cache_hit_ratio:rate5m{m}", f"hotpath:cache_hit_ratio:rate1h{m}"
         rps = f"hotpath:requests_per_second:rate1m{m}"
         alerts.append(Alert(
@@ -134,11 +134,11 @@ def replica_alerts() -> list[Alert]:
                   "or hung; the orchestrator's probes should replace it.")]
 
 
-def all_alerts(endpoints: list[Endpoint]) -> list[Alert]:
+def all_alerts(endpoints: list[Watched]) -> list[Alert]:
     return [a for e in endpoints for a in endpoint_alerts(e)] + replica_alerts()
 
 
-def rule_file(endpoints: list[Endpoint], extra_alerts: list[Alert] = ()) -> dict:
+def rule_file(endpoints: list[Watched], extra_alerts: list[Alert] = ()) -> dict:
     """The rule file as Prometheus reads it (`rule_files:`); `extra_alerts` after the endpoints' (the
     streaming endpoints', hotpath.monitoring.generation).
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from hotpath import settings
 from hotpath.retrieval.store import VectorStore
 
 STORES = ("hnsw", "pgvector")
@@ -14,7 +14,7 @@ def data_dir_of(params: dict[str, str], model: str, default_root: Path) -> Path:
     """Where the in-process store's WAL lives: `$HOTPATH_RETRIEVAL_DATA_DIR/<model>` (the deployment's
     volume), else the `data_dir` parameter, else `<default_root>/retrieval/<model>` (model repositories
     are often read-only in production, and hotpath serve runs a staged copy of one)."""
-    env = os.environ.get("HOTPATH_RETRIEVAL_DATA_DIR")
+    env = settings.retrieval_data_dir()
     if env:
         return Path(env) / model
     return Path(params["data_dir"]) if params.get("data_dir") else Path(default_root) / "retrieval" / model

@@ -16,7 +16,9 @@ import os
 import time
 from pathlib import Path
 
-ENV = "HOTPATH_STUB_TIMING_DIR"
+from hotpath import settings  # stdlib only, copied into the container beside hotpath/runtime
+
+ENV = settings.stub_timing_dir.name
 now_ns = time.monotonic_ns  # same clock as Triton's trace timestamps (steady_clock)
 
 
@@ -30,7 +32,7 @@ class ExecuteLog:
     @classmethod
     def open(cls, args: dict) -> "ExecuteLog | None":
         """The log for this model instance, or None when stub timing is off."""
-        directory = os.environ.get(ENV)
+        directory = settings.stub_timing_dir()
         if not directory:
             return None
         Path(directory).mkdir(parents=True, exist_ok=True)

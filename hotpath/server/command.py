@@ -102,8 +102,8 @@ def container(extra: list[str], binary: str = "tritonserver", env: dict[str, str
     if url := settings.trace_otlp_url(env):
         tracing = OtlpTracing(url, settings.trace_rate(env), settings.trace_service(env))
     return TritonCommand(
-        binary=binary, http_port=int(env.get("HTTP_PORT", 8000)), grpc_port=int(env.get("GRPC_PORT", 8001)),
-        metrics_port=int(env.get("METRICS_PORT", 8002)), admin_key=key, model_control="explicit",
+        binary=binary, http_port=settings.container_http_port(env), grpc_port=settings.container_grpc_port(env),
+        metrics_port=settings.container_metrics_port(env), admin_key=key, model_control="explicit",
         exit_timeout_s=settings.exit_timeout_s(env), cache_bytes=settings.cache_bytes(env), tracing=tracing,
         extra=extra)
 
@@ -111,7 +111,7 @@ def container(extra: list[str], binary: str = "tritonserver", env: dict[str, str
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python3 -m hotpath.server.command",
                                      description="Print the container's tritonserver command line, one argument per line.")
-    parser.add_argument("--binary", default=os.environ.get("TRITONSERVER", "tritonserver"))
+    parser.add_argument("--binary", default=settings.tritonserver())
     parser.add_argument("extra", nargs=argparse.REMAINDER, help="-- then arguments appended as they are")
     args = parser.parse_args(argv)
     extra = args.extra[1:] if args.extra[:1] == ["--"] else args.extra

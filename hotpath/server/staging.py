@@ -14,7 +14,8 @@ from typing import Callable
 from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath import paths
-from hotpath.config import read_config, to_pbtxt
+from hotpath.config import to_pbtxt
+from hotpath.repository import Repository, read_config
 
 Log = Callable[[str], None]
 
@@ -43,7 +44,7 @@ def stage_repository(repository: Path, target: Path, ort_threads: int | None = N
     runner = paths.python_backends_dir() / "onnxruntime_runner" / "model.py"
     target.mkdir(parents=True, exist_ok=True)
     staged = []
-    for model_dir in sorted(p for p in Path(repository).iterdir() if (p / "config.pbtxt").exists()):
+    for model_dir in Repository(repository).model_dirs():
         config = read_config(model_dir)
         dest = target / model_dir.name
         if dest.is_symlink() or dest.is_file():

@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import tritonclient.grpc as grpcclient
-from tritonclient.grpc import model_config_pb2 as mc
 
-from hotpath.config import instance_count
-from hotpath.health.probe import ProbeResult, endpoints, probe, read_configs
+from hotpath.health.probe import ProbeResult, endpoint_configs, probe
+from hotpath.repository import Repository, instance_count
 from hotpath.server.model_control import load_config, served_config
 from hotpath.server.stubs import stub_census
 
@@ -47,11 +46,6 @@ def models_named_unhealthy(results: list[ProbeResult]) -> set[str]:
         for instance in _UNHEALTHY_STUB.findall(result.message):
             named.add(re.sub(r"_\d+_\d+$", "", instance))  # instance <model>_<group>_<index>
     return named
-
-
-def endpoint_models(config: mc.ModelConfig) -> list[str]:
-    """What serves an endpoint: its steps if it is an ensemble, else itself."""
-    return [s.model_name for s in config.ensemble_scheduling.step] or [config.name]
 
 
 @dataclass
@@ -86,8 +80,11 @@ class Watchdog:
         self._stop = threading.Event()
         self._lock = threading.Lock()   # one recovery at a time, and never during stop()
         self._threads: list[threading.Thread] = []
-        configs = read_configs(self.repository or self.server.repository)
-        self._endpoints = endpoints(configs)
+        repository = Repository(self.repository or self.server.repository)
+        configs = repository.configs()
+        self._endpoints = endpoint_configs(repository)
+        # What serves each endpoint (its steps, or itself): restarted when the endpoint hangs.
+        self._steps = {e.name: e.steps for e in repository.endpoints()}
         # Python models have stubs; a stub that is not up yet when watching starts must count too.
         self._python_models = {name for name, c in configs.items() if c.backend == "python"}
         self._expected: dict[str, int] = {}
@@ -171,7 +168,7 @@ class Watchdog:
         self._timeouts = Counter({r.endpoint: self._timeouts[r.endpoint] + 1
                                   for r in failed if r.status.endswith(TIMEOUT)})
         hung = [c for c in self._endpoints if self._timeouts[c.name] >= 2]
-        models = sorted(models_named_unhealthy(failed) | {m for c in hung for m in endpoint_models(c)})
+        models = sorted(models_named_unhealthy(failed) | {m for c in hung for m in self._steps[c.name]})
         if models:
             self._reload(models, "probe: " + "; ".join(r.line() for r in failed), seen_at)
             self._timeouts.clear()

@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from hotpath.repository import Repository, read_config
 from hotpath.tensorrt import builder, device, parity
 from hotpath.tensorrt.compat import Target
 from hotpath.tensorrt.inventory import PlanStatus, plan_status, version_dirs
-from hotpath.tensorrt.recipe import FEEDS_FILE, Recipe, config_path, plan_filename, read_feeds, read_recipe
+from hotpath.tensorrt.recipe import CONFIG_NAME, FEEDS_FILE, Recipe, plan_filename, read_feeds, read_recipe
 
 Log = Callable[[str], None]
 EXPORTED_ONNX = "model.onnx"  # what the build compares plans with (hotpath.plans.step)
@@ -92,9 +93,8 @@ def _check_rebuilt(model_dir: Path, version_dir: Path, recipe: Recipe, plan: Pat
 def _write_plan_model(model_dir: Path, dest: Path, chosen: dict[str, PlanStatus]) -> None:
     """`dest`: the TensorRT config naming the chosen plan, and links to every version file."""
     from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2 as mc
 
-    config = text_format.Parse(config_path(model_dir).read_text(), mc.ModelConfig())
+    config = read_config(model_dir, CONFIG_NAME)
     plans = {s.manifest.plan for s in chosen.values()}
     # One plan per version serves this GPU: name it directly rather than through cc_model_filenames,
     # which would miss a hardware-compatible plan built on another architecture.
@@ -137,7 +137,7 @@ def prepare(repository: Path, cache: Path, target: Target, on_incompatible: str 
     served.mkdir(parents=True)
     result = Startup(served)
     log(f"host: {target.describe() if target.compute_capability else 'no GPU'}")
-    for model_dir in sorted(p for p in repository.iterdir() if (p / "config.pbtxt").is_file()):
+    for model_dir in Repository(repository).model_dirs():
         name, recipe = model_dir.name, read_recipe(model_dir)
         if recipe is None:
             (served / name).symlink_to(model_dir, target_is_directory=True)

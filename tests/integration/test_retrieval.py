@@ -14,8 +14,9 @@ import pytest
 
 from hotpath.cli import main as cli_main
 from hotpath.client import EmbeddingClient, InvalidInputError, RetrievalClient
-from hotpath.health.probe import probe, read_configs
+from hotpath.health.probe import probe
 from hotpath.paths import model_repository
+from hotpath.repository import Repository
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 from hotpath.server.stubs import stub_pids
@@ -160,7 +161,7 @@ def test_writes_survive_a_stub_kill_and_a_restart(server, repo, data_dir):
     finally:
         guard.stop()
     assert [r.models for r in guard.recoveries][:1] == [["retrieval"]], guard.recoveries
-    assert probe(server.grpc_url, read_configs(repo)["retrieval"]).ok
+    assert probe(server.grpc_url, Repository(repo).configs()["retrieval"]).ok
 
     def found(url):
         with RetrievalClient(url) as c:

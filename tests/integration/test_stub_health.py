@@ -15,8 +15,9 @@ import urllib.request
 import pytest
 
 from hotpath.health.__main__ import main as health_main
-from hotpath.health.probe import endpoints, probe, read_configs
+from hotpath.health.probe import endpoint_configs, probe
 from hotpath.paths import model_repository
+from hotpath.repository import Repository
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 from hotpath.server.stubs import stub_census, stub_pids
@@ -38,7 +39,7 @@ def server():
 
 @pytest.fixture(scope="module")
 def configs():
-    return {c.name: c for c in endpoints(read_configs(model_repository()))}
+    return {c.name: c for c in endpoint_configs(Repository(model_repository()))}
 
 
 def _stub_pid(server: LocalTriton, model: str) -> int:

@@ -125,4 +125,16 @@ def test_generation_retries_like_every_client_but_never_after_the_first_token(mo
     with pytest.raises(ServerUnavailableError):
         list(client.stream("p"))
     assert len(calls) == 1, "a stream that yielded tokens is not replayed"
+
+    calls.clear()
+
+    def bad_input(prompt, **params):
+        calls.append(prompt)
+        raise InvalidInputError("text_generation: bad", "StatusCode.INVALID_ARGUMENT")
+        yield
+
+    monkeypatch.setattr(client, "_stream_once", bad_input)
+    with pytest.raises(InvalidInputError):
+        client.generate("p")
+    assert len(calls) == 1, "INVALID_ARGUMENT is never retried, streamed or not"
     client.close()

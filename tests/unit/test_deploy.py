@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from hotpath import paths
-from hotpath.health.probe import endpoints, read_configs
 from hotpath.monitoring.adapter import METRIC
 from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.monitoring.rules import queue_budget_ms
+from hotpath.repository import Repository
 
 KUBERNETES_VERSION = "1.31.0"   # the oldest release whose API has every field deploy/ uses (preStop sleep)
 DEPLOY = paths.ROOT / "deploy"
@@ -57,7 +57,7 @@ def test_validator_rejects_what_the_pinned_release_lacks():
         kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
 
 
-ENDPOINTS = endpoints(read_configs(paths.model_repository()))
+ENDPOINTS = Repository(paths.model_repository()).endpoints()
 
 
 def test_probes_send_real_requests_after_startup(overlay):

@@ -47,8 +47,9 @@ def test_image_copies_only_the_runtime_and_the_checker_and_they_import_alone(tmp
     copies = re.findall(r"^COPY (hotpath\S*(?: hotpath\S*)*) (\S+)$", DOCKERFILE.read_text(), re.M)
     sources = [src for group, _ in copies for src in group.split()]
     assert sorted(sources) == ["hotpath/__init__.py", "hotpath/config.py", "hotpath/errors.py", "hotpath/health",
-                               "hotpath/paths.py", "hotpath/preflight.py", "hotpath/retrieval", "hotpath/runtime",
-                               "hotpath/server/__init__.py", "hotpath/server/admin.py", "hotpath/server/command.py",
+                               "hotpath/paths.py", "hotpath/preflight.py", "hotpath/repository.py",
+                               "hotpath/retrieval", "hotpath/runtime", "hotpath/server/__init__.py",
+                               "hotpath/server/admin.py", "hotpath/server/command.py",
                                "hotpath/server/model_control.py", "hotpath/server/stubs.py",
                                "hotpath/server/supervise.py", "hotpath/server/tracing.py",
                                "hotpath/server/watchdog.py", "hotpath/settings.py", "hotpath/spec.py",
@@ -78,7 +79,7 @@ def test_image_copies_only_the_runtime_and_the_checker_and_they_import_alone(tmp
 def test_healthcheck_probes_every_endpoint_within_its_timeout():
     """The HEALTHCHECK is the liveness probe (a dead stub keeps /v2/health/ready at 200); its endpoints
     are probed one after another, so their budgets must fit Docker's timeout."""
-    from hotpath.health.probe import endpoints, read_configs
+    from hotpath.repository import Repository
 
     text = DOCKERFILE.read_text()
     (options, command), = re.findall(r"^HEALTHCHECK (.*?)\s*\\?\n\s*CMD (\[.*\])$", text, re.M)
@@ -86,7 +87,7 @@ def test_healthcheck_probes_every_endpoint_within_its_timeout():
     assert argv[:3] == ["python3", "-m", "hotpath.health"] and "--liveness" in argv
     budget = float(argv[argv.index("--timeout") + 1])
     docker_timeout = float(re.search(r"--timeout=(\d+)s", options).group(1))
-    assert docker_timeout >= len(endpoints(read_configs(paths.model_repository()))) * budget
+    assert docker_timeout >= len(Repository(paths.model_repository()).endpoints()) * budget
 
 
 # The NGC tritonserver:24.10-py3 image (Dockerfile's TRITON_IMAGE): Ubuntu 22.04, glibc 2.35, CPython 3.10.

@@ -7,18 +7,19 @@ import pytest
 from PIL import Image
 from tritonclient.grpc import model_config_pb2 as mc
 
-from hotpath.health.probe import ProbeError, ProbeResult, endpoints, probe_inputs, read_configs
+from hotpath.health.probe import ProbeError, ProbeResult, endpoint_configs, probe_inputs
 from hotpath.paths import model_repository
+from hotpath.repository import Repository
 from hotpath.server.watchdog import models_named_unhealthy
 
 
 @pytest.fixture(scope="module")
 def configs():
-    return read_configs(model_repository())
+    return Repository(model_repository()).configs()
 
 
 def test_endpoints_are_the_models_no_ensemble_calls(configs):
-    names = [c.name for c in endpoints(configs)]
+    names = [c.name for c in endpoint_configs(Repository(model_repository()))]
     steps = {s.model_name for c in configs.values() for s in c.ensemble_scheduling.step}
     assert steps and not steps & set(names)
     assert set(names) | steps == set(configs)
@@ -75,9 +76,9 @@ def test_liveness_fails_when_no_server_answers(capsys):
     assert "server not live" in capsys.readouterr().err
 
 
-def test_a_hung_endpoint_restarts_what_serves_it(configs):
-    from hotpath.server.watchdog import endpoint_models
-
-    assert endpoint_models(configs["text_embedding_exact"]) == ["tokenizer", "text_encoder"]
-    assert endpoint_models(configs["text_embedding"]) == ["sentence_embedder"]
-    assert endpoint_models(configs["text_generation"]) == ["text_generation"]
+def test_a_hung_endpoint_restarts_what_serves_it():
+    # The watchdog restarts a hung endpoint's steps (hotpath.repository's Endpoint.steps).
+    repository = Repository(model_repository())
+    assert repository.endpoint("text_embedding_exact").steps == ("tokenizer", "text_encoder")
+    assert repository.endpoint("text_embedding").steps == ("sentence_embedder",)
+    assert repository.endpoint("text_generation").steps == ("text_generation",)

@@ -71,7 +71,7 @@ def test_cached_endpoint_latency_comes_from_its_parts():
     for e in load_endpoints("cpu"):
         expr = promql.latency_quantile_ms(e, "0.95")
         own = f'nv_inference_request_summary_us{{model="{e.name}"'
-        if not e.cached:
+        if not e.response_cache:
             assert own in expr
         elif e.steps == (e.name,):
             assert own not in expr and all(f'{m}{{model="{e.name}"' in expr for m in promql.PHASE_SUMMARIES)
@@ -80,13 +80,16 @@ def test_cached_endpoint_latency_comes_from_its_parts():
 
 
 def test_latency_parts_for_each_kind_of_endpoint():
-    from hotpath.monitoring.endpoints import Endpoint
+    from hotpath.repository import Endpoint
 
-    single = promql.latency_quantile_ms(Endpoint("m", ("m",), True, 10.0), "0.99")
+    def endpoint(name, steps, cached):
+        return Endpoint(name, steps, inputs=(), instances=(1,) * len(steps), response_cache=cached)
+
+    single = promql.latency_quantile_ms(endpoint("m", ("m",), True), "0.99")
     assert single.count("_summary_us{") == 4 and 'quantile="0.99"' in single
-    ensemble = promql.latency_quantile_ms(Endpoint("e", ("a", "b"), True, 10.0), "0.5")
+    ensemble = promql.latency_quantile_ms(endpoint("e", ("a", "b"), True), "0.5")
     assert 'model=~"a|b"' in ensemble and "nv_inference_request_summary_us" in ensemble
-    plain = promql.latency_quantile_ms(Endpoint("e", ("a", "b"), False, 10.0), "0.5")
+    plain = promql.latency_quantile_ms(endpoint("e", ("a", "b"), False), "0.5")
     assert plain.startswith('max by (model) (nv_inference_request_summary_us{model="e"')
 
 
@@ -104,7 +107,7 @@ def test_dashboard_covers_what_operators_watch(endpoint):
     titles = " | ".join(p["title"] for p in board["panels"]).lower()
     for topic in ("p50 / p95 / p99", "queue vs compute", "throughput", "failure", "cpu", "gpu", "memory"):
         assert topic in titles, topic
-    assert ("cache" in titles) == endpoint.cached
+    assert ("cache" in titles) == endpoint.response_cache
     exprs = " ".join(expressions(board))
     for metric in ("_summary_us{", "nv_inference_queue_duration_us",
                    "nv_inference_compute_infer_duration_us", "nv_inference_request_failure", *GPU_METRICS):

@@ -1,5 +1,5 @@
-"""hotpath.settings: every HOTPATH_* variable the code reads has an accessor there and a row in README's table,
-and only the files listed below still read one without it."""
+"""hotpath.settings: every environment variable the code reads has an accessor there and a row in README's
+table, and only the files listed below still read one without it."""
 
 import re
 
@@ -12,12 +12,16 @@ from hotpath.server import command
 # ($HOTPATH_X, ${HOTPATH_X:-...}); a Python identifier such as spec.py's HOTPATH_KEYS is neither.
 NAME = re.compile(r"""(?<=["'${])HOTPATH_[A-Z0-9_]*[A-Z0-9]\b""")
 SOURCES = ("hotpath", "python_backends", "perf", "docker", "scripts")
-# Reads of os.environ for a HOTPATH_ name written out in the call (not a write: `environ["X"] = ...`).
-DIRECT_READ = re.compile(r"""(environ\.get\(|getenv\()\s*["']HOTPATH_|environ\[\s*["']HOTPATH_\w+["']\s*\](?!\s*=[^=])""")
-# Files that still read their variables themselves: others were editing them when the rest moved to
-# hotpath.settings. hotpath/runtime runs inside Triton, apart from the toolchain, and keeps its own read.
-NOT_YET_MIGRATED = {"hotpath/cli.py", "hotpath/perf/compare/alternatives/fastapi_app.py",
-                    "hotpath/perf/compare/alternatives/generation_fastapi.py", "hotpath/retrieval/open.py"}
+# A read of one variable from the environment, whatever its name or however it is spelt (a constant, a
+# literal): `environ.get(`, `getenv(`, `environ[...]` not followed by `=`. Copies of the whole environment
+# for a child process (`dict(os.environ)`, `{**os.environ}`) and writes (`environ[k] = v`, `setdefault`) are
+# not reads of a setting.
+DIRECT_READ = re.compile(r"""environ\.get\(|getenv\(|environ\[[^\]]+\](?!\s*=[^=])""")
+# Files that still read their variables themselves: hotpath/perf was being moved when the rest moved to
+# hotpath.settings (retrieval_compare saves and restores the variables it sets around a run).
+NOT_YET_MIGRATED = {"hotpath/perf/compare/alternatives/fastapi_app.py",
+                    "hotpath/perf/compare/alternatives/generation_fastapi.py",
+                    "hotpath/perf/compare/retrieval.py"}
 
 
 def _files():
@@ -44,7 +48,7 @@ def test_every_variable_the_code_names_has_an_accessor():
 def test_readme_lists_every_variable():
     readme = (paths.ROOT / "README.md").read_text()
     table = readme[readme.index("## Environment variables"):]
-    listed = set(re.findall(r"`(HOTPATH_[A-Z0-9_]+)`", table[:table.index("\n\n", table.index("|---"))]))
+    listed = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", table[:table.index("\n\n", table.index("|---"))]))
     assert set(settings.SETTINGS) - listed == set(), "README's table lacks these"
     assert listed - set(settings.SETTINGS) == set(), "README lists variables hotpath.settings does not know"
 
