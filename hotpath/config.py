@@ -12,7 +12,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath.errors import SpecError
-from hotpath.repository import parse_pbtxt, read_config  # noqa: F401 - hotpath.perf imports read_config from here
+from hotpath.repository import parse_pbtxt
 from hotpath.spec import ModelSpec
 
 _DTYPE_NAMES = set(mc.DataType.keys()) - {"TYPE_INVALID"}

@@ -31,7 +31,10 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Endpoint:
+class PerfEntry:
+    """How perf measures one endpoint; what the endpoint serves (steps, inputs, instances) is read from the
+    repository (hotpath.repository.Endpoint)."""
+
     name: str
     unit: str                                      # what one request carries ("texts", "images")
     payloads: dict[str, Payload]                   # by model: the endpoint and each of its steps
@@ -69,7 +72,7 @@ def _payloads(*models: str) -> dict[str, Payload]:
     return {m: PAYLOADS[m] for m in models}
 
 
-TEXT_EMBEDDING = Endpoint(
+TEXT_EMBEDDING = PerfEntry(
     # One step (tokenizer + encoder in one Python model): Model Analyzer searches that step.
     name="text_embedding", unit="texts", payloads=_payloads("text_embedding", "sentence_embedder"),
     pipeline=TextPipeline, samples=short_texts, floor_batches=(1, 4, 8, 16), searched_step="sentence_embedder",
@@ -81,7 +84,7 @@ TEXT_EMBEDDING = Endpoint(
                   launch.model_analyzer()),
     extra_sections=_cache_sections)
 
-ENDPOINTS: dict[str, Endpoint] = {e.name: e for e in (
+ENDPOINTS: dict[str, PerfEntry] = {e.name: e for e in (
     TEXT_EMBEDDING,
     # The two-model variant (Python tokenizer -> encoder on a native backend: the TensorRT path on GPU hosts),
     # compared with the same alternatives.
@@ -89,7 +92,7 @@ ENDPOINTS: dict[str, Endpoint] = {e.name: e for e in (
         TEXT_EMBEDDING, name="text_embedding_exact",
         payloads=_payloads("text_embedding_exact", "tokenizer", "text_encoder"),
         searched_step="text_encoder", graph=TEXT_ENCODER_GRAPH, extra_sections=None),
-    Endpoint(
+    PerfEntry(
         name="image_classification", unit="images",
         payloads=_payloads("image_classification", "image_preprocess", "image_classifier"),
         pipeline=ImagePipeline, samples=lambda: [jpeg_photo()], floor_batches=(1, 4, 8),
@@ -101,7 +104,7 @@ ENDPOINTS: dict[str, Endpoint] = {e.name: e for e in (
                       launch.model_analyzer())),
     # One Python model (embedding + faiss search); the two-hop and pgvector comparison is its own run
     # (hotpath study retrieval_compare, perf/reports/retrieval.md).
-    Endpoint(
+    PerfEntry(
         name="retrieval", unit="queries", payloads=_payloads("retrieval"), pipeline=RetrievalPipeline,
         samples=short_texts, floor_batches=(1, 4, 8, 16), searched_step="retrieval", graph=RETRIEVAL_GRAPH,
         alternatives=(launch.triton_default(),
@@ -112,7 +115,7 @@ ENDPOINTS: dict[str, Endpoint] = {e.name: e for e in (
 )}
 
 
-def get_endpoint(name: str) -> Endpoint:
+def get_endpoint(name: str) -> PerfEntry:
     try:
         return ENDPOINTS[name]
     except KeyError:

@@ -7,10 +7,10 @@ import pytest
 import tomlkit
 
 from hotpath import paths
-from hotpath.config import read_config
 from hotpath.errors import SpecError
 from hotpath.perf.tune.knobs import KNOBS, QueueDelay, apply_knobs, knob, knobs_for, read_knobs, write_knobs
 from hotpath.perf.tune.spec_writer import write_back
+from hotpath.repository import read_config
 
 
 def test_neighbors_are_one_rung_away_or_the_closest_rung():

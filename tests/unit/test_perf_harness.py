@@ -5,11 +5,11 @@ from pathlib import Path
 import pytest
 
 from hotpath import paths
-from hotpath.config import read_config
 from hotpath.errors import HotpathError
 from hotpath.perf.gate import CheckRow, format_table
 from hotpath.perf.measure.perf_analyzer import PerfPoint, parse_csv
 from hotpath.perf.measure.server_stats import bottleneck, breakdown
+from hotpath.repository import read_config
 from hotpath.slo import Slo, load_slos
 
 DATA = Path(__file__).parent.parent / "data" / "perf"

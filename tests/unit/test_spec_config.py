@@ -6,8 +6,9 @@ import tomllib
 import pytest
 
 from hotpath import paths
-from hotpath.config import parse_pbtxt, render, to_pbtxt, validate, validate_all
+from hotpath.config import render, to_pbtxt, validate, validate_all
 from hotpath.errors import SpecError
+from hotpath.repository import parse_pbtxt
 from hotpath.spec import load_specs, spec_from_dict
 
 SPECS = load_specs(paths.model_specs_dir(), paths.ensemble_specs_dir())

@@ -1,7 +1,7 @@
 """The staged copy the local server runs: substitutes ORT, never rewrites the repository."""
 
 from hotpath import paths
-from hotpath.config import read_config
+from hotpath.repository import read_config
 from hotpath.server.staging import stage_repository
 
 

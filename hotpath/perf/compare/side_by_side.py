@@ -17,7 +17,7 @@ from hotpath.perf.measure import perf_analyzer as analyzer
 from hotpath.perf.measure.perf_analyzer import PerfPoint
 from hotpath.perf.measure.point import endpoint_steps
 from hotpath.perf.measure.sweep import SweepPlan, sweep_endpoint, throughput_at_target
-from hotpath.perf.registry import Endpoint
+from hotpath.perf.registry import PerfEntry
 from hotpath.slo import Slo
 
 logger = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ def _perf_analyzer_sweep(url: str, protocol: str, slo: Slo, plan: SweepPlan, lab
             f"  {p.throughput:6.1f}/s")
 
 
-def choose(entry: Endpoint, only: list[str] | None) -> list:
+def choose(entry: PerfEntry, only: list[str] | None) -> list:
     """The endpoint's alternatives labelled in `only` (all without it); an unknown label is an error."""
     unknown = set(only or ()) - {a.label for a in entry.alternatives}
     if unknown:
@@ -54,7 +54,7 @@ def configured_models(endpoint: str) -> list[str]:
     return [m for m in endpoint_steps(endpoint) if m != endpoint] or [endpoint]
 
 
-def compare_endpoint(url: str, slo: Slo, entry: Endpoint, plan: SweepPlan, only: list[str] | None = None,
+def compare_endpoint(url: str, slo: Slo, entry: PerfEntry, plan: SweepPlan, only: list[str] | None = None,
                      log=logger.info) -> tuple[list[PerfPoint], dict[str, str]]:
     """Measure the registered alternatives of one endpoint (those labelled in `only`, when given);
     returns their points and a note per label.
@@ -90,7 +90,7 @@ def _at(points: list[PerfPoint], slo: Slo, label: str, load: int) -> PerfPoint |
     return hit[0] if hit else None
 
 
-def section(slo: Slo, entry: Endpoint, points: list[PerfPoint], floor: Floor | None,
+def section(slo: Slo, entry: PerfEntry, points: list[PerfPoint], floor: Floor | None,
             notes: dict[str, str]) -> list[str]:
     """compare.md's table for one endpoint: every option against hotpath and against the floor."""
     def ratio(a: float, b: float) -> str:

@@ -7,21 +7,17 @@ from pathlib import Path
 
 import tritonclient.grpc as grpcclient
 
-from hotpath import paths
 from hotpath.perf.measure import perf_analyzer as analyzer
 from hotpath.perf.measure import server_stats as stats
 from hotpath.perf.measure.perf_analyzer import Measurement, PerfPoint
 from hotpath.perf.measure.reconfigure import reconfigured, served_config
+from hotpath.repository import Repository
 from hotpath.samples import payload_for
-from hotpath.spec import load_spec
 
 
 def endpoint_steps(endpoint: str) -> list[str]:
-    """Model names of an ensemble's steps, in order; [endpoint] for a plain model."""
-    path = paths.ensemble_specs_dir() / f"{endpoint}.toml"
-    if not path.exists():
-        return [endpoint]
-    return [step.model_name for step in load_spec(path).config.ensemble_scheduling.step]
+    """Model names of an ensemble's steps, in order; [endpoint] for a plain model (from the repository)."""
+    return list(Repository().endpoint(endpoint).steps)
 
 
 def measure(url: str, model: str, load_kind: str, load: float, input_data: Path | None = None,

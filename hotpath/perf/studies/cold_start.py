@@ -25,13 +25,14 @@ import tritonclient.grpc as grpcclient
 
 from hotpath import paths
 from hotpath.client import text_input
-from hotpath.config import read_config, to_pbtxt
+from hotpath.config import to_pbtxt
 from hotpath.monitoring.endpoints import Endpoint, load_endpoints
 from hotpath.perf.measure.host_load import require_quiet
 from hotpath.perf.measure.reconfigure import load_config, served_config
 from hotpath.perf.measure.server_stats import breakdown, snapshot, step_cost
 from hotpath.perf.registry import get_endpoint
 from hotpath.perf.studies import runner
+from hotpath.repository import read_config
 from hotpath.server.admin import admin_headers
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton

@@ -81,8 +81,8 @@ def _np_datatype(array: np.ndarray) -> str:
 def create_app(endpoint: str | None = None, handler: str | None = None, threads: int | None = None) -> FastAPI:
     """The app for one endpoint; settings from arguments or HOTPATH_ALT_ENDPOINT / _HANDLER / HOTPATH_ORT_THREADS."""
     from hotpath import paths
-    from hotpath.config import read_config
     from hotpath.perf.registry import get_endpoint
+    from hotpath.repository import read_config
 
     endpoint = endpoint or os.environ.get("HOTPATH_ALT_ENDPOINT", "text_embedding")
     handler = handler or os.environ.get("HOTPATH_ALT_HANDLER", "sync")

@@ -190,7 +190,7 @@ def _parse_results(work: Path, seconds: float) -> ModelAnalyzerResult:
     settings = {"instance_count": int(col(best, "Instance Group").split(":")[0] or 1)}
     config_file = work / "output" / name / "config.pbtxt"
     if config_file.exists():
-        from hotpath.config import parse_pbtxt
+        from hotpath.repository import parse_pbtxt
 
         cfg = parse_pbtxt(config_file.read_text())
         settings["max_queue_delay_microseconds"] = int(cfg.dynamic_batching.max_queue_delay_microseconds)

@@ -85,7 +85,7 @@ class RetrievalPipeline:
     def __init__(self, threads: int = 2, allow_spinning: bool = False, graph: str = RETRIEVAL_GRAPH):
         import tempfile
 
-        from hotpath.config import read_config
+        from hotpath.repository import read_config
         from hotpath.retrieval.hnsw_store import HnswStore
 
         self.graph = graph

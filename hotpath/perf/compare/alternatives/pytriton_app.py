@@ -26,8 +26,8 @@ def main() -> None:
     from tritonclient.utils import triton_to_np_dtype
 
     from hotpath import paths
-    from hotpath.config import read_config
     from hotpath.perf.registry import get_endpoint
+    from hotpath.repository import read_config
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--endpoint", default="text_embedding")
