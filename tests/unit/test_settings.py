@@ -17,11 +17,6 @@ SOURCES = ("hotpath", "python_backends", "perf", "docker", "scripts")
 # for a child process (`dict(os.environ)`, `{**os.environ}`) and writes (`environ[k] = v`, `setdefault`) are
 # not reads of a setting.
 DIRECT_READ = re.compile(r"""environ\.get\(|getenv\(|environ\[[^\]]+\](?!\s*=[^=])""")
-# Files that still read their variables themselves: hotpath/perf was being moved when the rest moved to
-# hotpath.settings (retrieval_compare saves and restores the variables it sets around a run).
-NOT_YET_MIGRATED = {"hotpath/perf/compare/alternatives/fastapi_app.py",
-                    "hotpath/perf/compare/alternatives/generation_fastapi.py",
-                    "hotpath/perf/compare/retrieval.py"}
 
 
 def _files():
@@ -53,12 +48,11 @@ def test_readme_lists_every_variable():
     assert listed - set(settings.SETTINGS) == set(), "README lists variables hotpath.settings does not know"
 
 
-def test_only_the_listed_files_read_variables_directly():
+def test_no_file_but_settings_reads_a_variable():
     direct = {str(p.relative_to(paths.ROOT)) for p in _files() if p.suffix == ".py" and p.name != "settings.py"
               and DIRECT_READ.search(p.read_text(errors="replace"))}
-    assert direct - NOT_YET_MIGRATED == set(), "read these through hotpath.settings"
-    existing = {name for name in NOT_YET_MIGRATED if (paths.ROOT / name).exists()}
-    assert existing - direct == set(), "migrated: remove them from NOT_YET_MIGRATED"
+    assert direct == set(), "read these through hotpath.settings"
+    assert DIRECT_READ.search('os.environ.get("HOTPATH_X")') and not DIRECT_READ.search("env = dict(os.environ)")
 
 
 def test_an_accessor_reads_the_environment_when_called(monkeypatch):

@@ -124,16 +124,13 @@ def http_search(url: str, model: str = "retrieval") -> Callable[[], Search]:
 def _env(**values: str) -> Iterator[None]:
     import os
 
-    saved = {k: os.environ.get(k) for k in values}
+    saved = dict(os.environ)   # the servers started meanwhile inherit `values`; afterwards, as it was
     os.environ.update(values)
     try:
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def bench_repository(dest: Path, export: Path | None, dsn: str, table: str) -> Path:

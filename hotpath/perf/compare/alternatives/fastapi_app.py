@@ -15,7 +15,6 @@ No dynamic batching, as in the FastAPI endpoints teams start with.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 
@@ -80,13 +79,13 @@ def _np_datatype(array: np.ndarray) -> str:
 
 def create_app(endpoint: str | None = None, handler: str | None = None, threads: int | None = None) -> FastAPI:
     """The app for one endpoint; settings from arguments or HOTPATH_ALT_ENDPOINT / _HANDLER / HOTPATH_ORT_THREADS."""
-    from hotpath import paths
+    from hotpath import paths, settings
     from hotpath.perf.registry import get_endpoint
     from hotpath.repository import read_config
 
-    endpoint = endpoint or os.environ.get("HOTPATH_ALT_ENDPOINT", "text_embedding")
-    handler = handler or os.environ.get("HOTPATH_ALT_HANDLER", "sync")
-    threads = threads or int(os.environ.get("HOTPATH_ORT_THREADS", 2))
+    endpoint = endpoint or settings.alt_endpoint()
+    handler = handler or settings.alt_handler()
+    threads = threads or settings.ort_threads()
     if handler not in HANDLERS:
         raise ValueError(f"handler must be one of {HANDLERS}, not {handler!r}")
     entry = get_endpoint(endpoint)

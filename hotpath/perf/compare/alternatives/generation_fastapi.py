@@ -21,6 +21,8 @@ from typing import Iterator
 
 from transformers.generation.streamers import BaseStreamer
 
+from hotpath import settings
+
 
 class TokenStreamer(BaseStreamer):
     """Iterates over generated token ids as `generate` produces them (the prompt is skipped)."""
@@ -53,7 +55,7 @@ def create_app():
 
     from hotpath.exporters.smollm2 import load_reference
 
-    torch.set_num_threads(int(os.environ.get("HOTPATH_GEN_THREADS", "2")))
+    torch.set_num_threads(settings.gen_threads())
     model, tokenizer = load_reference()
     eos = {int(tokenizer.eos_token_id)}
     app = FastAPI()
@@ -91,7 +93,7 @@ def serving(threads: int = 2) -> Iterator[tuple[str, int]]:
     from hotpath.server.ports import free_ports
 
     port, = free_ports(1)
-    env = {**os.environ, "HOTPATH_GEN_THREADS": str(threads), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, settings.gen_threads.name: str(threads), "HF_HUB_OFFLINE": "1"}
     with process([sys.executable, "-m", "uvicorn", "--factory", "hotpath.perf.compare.alternatives.generation_fastapi:create_app",
                   "--port", str(port), "--host", "127.0.0.1", "--log-level", "warning", "--no-access-log"],
                  f"http://127.0.0.1:{port}/health", env=env, timeout_s=300):
