@@ -3,9 +3,9 @@
   hotpath             the text_generation endpoint as built (continuous batching), through Triton
   in-process          the same export and engine settings driven in this process (no Triton, no gRPC,
                       no stub I/O): the difference to `hotpath` is what serving costs
-  one-at-a-time       (a) the same model and code, reloaded with max_batch = 1: requests run in turn
-  fastapi-transformers (b) transformers `generate` + a per-token streamer behind FastAPI
-  llama.cpp           (c) node-llama-cpp (prebuilt CPU llama.cpp) on the same GGUF file, one context
+  one-at-a-time       the same model and code, reloaded with max_batch = 1: requests run in turn
+  fastapi-transformers transformers `generate` + a per-token streamer behind FastAPI
+  llama.cpp           node-llama-cpp (prebuilt CPU llama.cpp) on the same GGUF file, one context
                       with a sequence per stream (installed into .hotpath/llama-cpp/ on first use)
 
 Every system gets the same greedy prompts (llama.cpp: the same prompt token ids) and max_tokens.
@@ -54,7 +54,7 @@ CONCURRENCY = (1, 4, 8, 16)
 
 
 def one_at_a_time(config):
-    """(a): the same endpoint with one KV slot, so the loop never batches."""
+    """one-at-a-time: the same endpoint with one KV slot, so the loop never batches."""
     config.parameters["max_batch"].string_value = "1"
     return config
 

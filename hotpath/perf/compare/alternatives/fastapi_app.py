@@ -1,4 +1,4 @@
-"""(c) The hand-made alternative: FastAPI + uvicorn + ONNX Runtime, one request = one pipeline call.
+"""The hand-made alternative: FastAPI + uvicorn + ONNX Runtime, one request = one pipeline call.
 
 Any registered endpoint, with the pipeline hotpath's floor runs (same ONNX files, same tokenizer,
 same image preprocessing function). Two handler styles, as teams write them:

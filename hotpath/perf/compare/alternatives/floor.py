@@ -1,4 +1,4 @@
-"""(f) The in-process floor: an endpoint's pipeline in one process, no server, best batch size.
+"""The in-process floor: an endpoint's pipeline in one process, no server, best batch size.
 
 Measured in the same run as the server it is compared with, so a report's ratios to it can be
 read side by side across machines.

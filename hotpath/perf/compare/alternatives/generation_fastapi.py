@@ -1,4 +1,4 @@
-"""(b) for text generation: transformers `generate` with a streamer behind a FastAPI endpoint.
+"""Text generation the hand-made way: transformers `generate` with a streamer behind a FastAPI endpoint.
 
 What a team writes first: the same SmolLM2 weights (the float32 model the exporter checks parity
 against) in PyTorch, `model.generate` in a thread per request, its streamer feeding a chunked HTTP

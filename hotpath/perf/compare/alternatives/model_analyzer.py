@@ -1,4 +1,4 @@
-"""(e) Triton Model Analyzer 1.58 searching the text encoder's config space, on CPU.
+"""Triton Model Analyzer 1.58 searching the text encoder's config space, on CPU.
 
 It cannot search ensembles, so it gets the step hotpath's tuner finds to be the bottleneck
 (text_encoder), in the same staged form the local server runs. It lives in its own venv

@@ -1,4 +1,4 @@
-"""(d) PyTriton: an endpoint's whole pipeline bound as one Python callable, with PyTriton's dynamic batching.
+"""PyTriton: an endpoint's whole pipeline bound as one Python callable, with PyTriton's dynamic batching.
 
     python -m hotpath.perf.compare.alternatives.pytriton_app --endpoint image_classification \\
         --grpc-port 8601 --http-port 8600 --metrics-port 8602
