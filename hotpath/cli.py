@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 
-from hotpath import settings
+from hotpath import logs, settings
 from hotpath.errors import HotpathError
+
+log = logging.getLogger(__name__)
 
 
 def cmd_engines(args: argparse.Namespace) -> int:
@@ -18,8 +21,8 @@ def cmd_engines(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     results = build_repository(args.repository, only=args.model or None, force=args.force)
     counts = {a: sum(r.action == a for r in results) for a in ("built", "skipped", "unchanged")}
-    print(f"[engines] done in {time.perf_counter() - t0:.1f}s: "
-          + ", ".join(f"{n} {a}" for a, n in counts.items() if n))
+    log.info(f"[engines] done in {time.perf_counter() - t0:.1f}s: "
+             + ", ".join(f"{n} {a}" for a, n in counts.items() if n))
     return 0
 
 
@@ -165,7 +168,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return 0
     for line in write_winner(best, trials[0]):
         print(f"[tune] {line}")
-    build_repository(log=lambda m: None)
+    build_repository()
     print("[tune] specs updated and config.pbtxt files regenerated")
     return 0
 
@@ -336,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    logs.configure()
     try:
         return args.func(args)
     except HotpathError as exc:
