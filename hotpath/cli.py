@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 
 def cmd_engines(args: argparse.Namespace) -> int:
-    from hotpath.engines import build_repository
+    from hotpath.repository_build import build_repository
 
     if args.check:
         return _check_plans(args)
@@ -30,7 +30,7 @@ def _check_plans(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from hotpath import paths
-    from hotpath.plans.check import check_plans, format_report
+    from hotpath.plans.audit import check_plans, format_report
     from hotpath.spec import load_specs
     from hotpath.tensorrt import device
     from hotpath.tensorrt.compat import Target
@@ -151,9 +151,9 @@ def cmd_perf_check(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from hotpath.engines import build_repository
     from hotpath.perf.check import before_measuring
     from hotpath.perf.tune_run import run_tune, write_winner
+    from hotpath.repository_build import build_repository
     from hotpath.server.process import server_url
     from hotpath.slo import load_slos
 

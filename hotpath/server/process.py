@@ -16,13 +16,13 @@ from typing import Callable
 
 from hotpath import paths
 from hotpath.errors import ServerError
-from hotpath.processes import stop_process
 from hotpath.runtime.timing import ENV as STUB_TIMING_ENV
 from hotpath.server.admin import admin_key
 from hotpath.server.command import TritonCommand, cache_bytes_from_env, exit_timeout_from_env
 from hotpath.server.install import TritonInstall, prepare_backend_dir, server_environment
 from hotpath.server.ports import ServerPorts, port_is_free
 from hotpath.server.staging import stage_repository
+from hotpath.shutdown import stop_process
 
 Log = Callable[[str], None]
 logger = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ import onnx
 import pytest
 
 from hotpath import paths
-from hotpath.engines import build_repository
 from hotpath.errors import SpecError
+from hotpath.repository_build import build_repository
 
 
 @pytest.fixture()
