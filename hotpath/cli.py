@@ -3,23 +3,26 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 
-from hotpath import settings
+from hotpath import logs, settings
 from hotpath.errors import HotpathError
+
+log = logging.getLogger(__name__)
 
 
 def cmd_engines(args: argparse.Namespace) -> int:
-    from hotpath.engines import build_repository
+    from hotpath.repository_build import build_repository
 
     if args.check:
         return _check_plans(args)
     t0 = time.perf_counter()
     results = build_repository(args.repository, only=args.model or None, force=args.force)
     counts = {a: sum(r.action == a for r in results) for a in ("built", "skipped", "unchanged")}
-    print(f"[engines] done in {time.perf_counter() - t0:.1f}s: "
-          + ", ".join(f"{n} {a}" for a, n in counts.items() if n))
+    log.info(f"[engines] done in {time.perf_counter() - t0:.1f}s: "
+             + ", ".join(f"{n} {a}" for a, n in counts.items() if n))
     return 0
 
 
@@ -27,7 +30,7 @@ def _check_plans(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from hotpath import paths
-    from hotpath.plans.check import check_plans, format_report
+    from hotpath.plans.audit import check_plans, format_report
     from hotpath.spec import load_specs
     from hotpath.tensorrt import device
     from hotpath.tensorrt.compat import Target
@@ -148,9 +151,9 @@ def cmd_perf_check(args: argparse.Namespace) -> int:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
-    from hotpath.engines import build_repository
     from hotpath.perf.gate import before_measuring
     from hotpath.perf.tune.run import run_tune, write_winner
+    from hotpath.repository_build import build_repository
     from hotpath.server.process import server_url
     from hotpath.slo import load_slos
 
@@ -165,7 +168,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         return 0
     for line in write_winner(best, trials[0]):
         print(f"[tune] {line}")
-    build_repository(log=lambda m: None)
+    build_repository()
     print("[tune] specs updated and config.pbtxt files regenerated")
     return 0
 
@@ -352,6 +355,7 @@ def cmd_study(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    logs.configure()
     try:
         return args.func(args)
     except HotpathError as exc:

@@ -48,7 +48,8 @@ class InvalidInputError(ClientError):
 
 
 class ServerUnavailableError(ClientError):
-    """UNAVAILABLE: overloaded (queue full or timed out), shutting down or unreachable; try later."""
+    """UNAVAILABLE: overloaded (the gateway's in-flight cap, text_generation's admission queue), shutting down
+    or unreachable; try later."""
 
     exit_code = 69  # sysexits EX_UNAVAILABLE
     retryable = True

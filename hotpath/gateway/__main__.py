@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import signal
 import sys
 import threading
 
+from hotpath import logs
 from hotpath.errors import HotpathError
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
 from hotpath.gateway.tenants import load_tenants, new_token
 from hotpath.nginx.process import LocalNginx
+
+log = logging.getLogger(__name__)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -31,10 +35,10 @@ def _serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda number, _: (signals.append(number), wake.set()))
     with LocalNginx(settings) as gateway:
-        print(f"[gateway] gRPC {gateway.grpc_url}, HTTP {gateway.http_url} -> {', '.join(grpc_upstreams)} / "
-              f"{', '.join(http_upstreams)}; {len(tenants)} tenant(s), {settings.in_flight_cap} inference calls in "
-              f"flight, {settings.streams_cap} streams open, "
-              f"bodies up to {settings.max_body_bytes} bytes; access log {gateway.access_log}", flush=True)
+        log.info(f"[gateway] gRPC {gateway.grpc_url}, HTTP {gateway.http_url} -> {', '.join(grpc_upstreams)} / "
+                 f"{', '.join(http_upstreams)}; {len(tenants)} tenant(s), {settings.in_flight_cap} inference calls "
+                 f"in flight, {settings.streams_cap} streams open, "
+                 f"bodies up to {settings.max_body_bytes} bytes; access log {gateway.access_log}")
         try:
             while signal.SIGTERM not in signals:
                 wake.wait(0.5)
@@ -54,9 +58,9 @@ def _reload_tenants(gateway: LocalNginx, path: str) -> None:
     try:
         gateway.reload(dataclasses.replace(gateway.settings, tenants=load_tenants(path)))
     except HotpathError as exc:
-        print(f"[gateway] reload refused, still serving the previous tenants: {exc}", file=sys.stderr, flush=True)
+        log.error(f"[gateway] reload refused, still serving the previous tenants: {exc}")
         return
-    print(f"[gateway] reloaded: {len(gateway.settings.tenants)} tenant(s)", flush=True)
+    log.info(f"[gateway] reloaded: {len(gateway.settings.tenants)} tenant(s)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "token":
         print(new_token())
         return 0
+    logs.configure()
     try:
         return _serve(args)
     except HotpathError as exc:

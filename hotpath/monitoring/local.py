@@ -16,7 +16,7 @@ import yaml
 
 from hotpath.errors import HotpathError
 from hotpath.monitoring.promql import JOB
-from hotpath.processes import stop_process
+from hotpath.shutdown import stop_process
 
 
 class LocalPrometheus:

@@ -17,8 +17,8 @@ import psutil
 from hotpath.errors import HotpathError
 from hotpath.nginx.access_log import LogEntry, parse_access_log
 from hotpath.nginx.directives import TEMP_KINDS, render
-from hotpath.processes import stop_process
 from hotpath.server.ports import port_is_free
+from hotpath.shutdown import stop_process
 
 
 class NginxConfig(Protocol):

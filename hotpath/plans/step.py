@@ -9,8 +9,8 @@ with polygraphy on ONNX Runtime), then, on a GPU host with TensorRT, build the p
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
-from typing import Callable
 
 from hotpath import paths
 from hotpath.config import HEADER, to_pbtxt
@@ -25,7 +25,7 @@ from hotpath.tensorrt.compat import Target
 from hotpath.tensorrt.inventory import built_plans, plan_status
 from hotpath.tensorrt.recipe import config_path, feeds_path, feeds_to_json, plan_filename, recipe_path
 
-Log = Callable[[str], None]
+log = logging.getLogger(__name__)
 EXPORTED_ONNX = "model.onnx"
 
 
@@ -43,7 +43,7 @@ def parity_feeds(spec: ModelSpec) -> list:
     return calibration.batched(calibration.payload_feeds(spec), min(batch, 8))
 
 
-def write_plan_files(spec: ModelSpec, model_dir: Path, log: Log, built: list | None = None) -> bool:
+def write_plan_files(spec: ModelSpec, model_dir: Path, built: list | None = None) -> bool:
     """configs/tensorrt.pbtxt (round-tripped through model_config_pb2), the recipe and the parity inputs;
     True when written. The config names the plans `built` (default: those fresh in `model_dir`)."""
     recipe = recipe_for(spec)
@@ -57,7 +57,7 @@ def write_plan_files(spec: ModelSpec, model_dir: Path, log: Log, built: list | N
     wrote |= _write_if_changed(feeds_path(model_dir), feeds_to_json(parity_feeds(spec)))
     if wrote:
         plans = ", ".join(m.plan for m in built) or "none built yet"
-        log(f"  wrote configs/tensorrt.pbtxt (plans: {plans}), configs/{recipe_path(model_dir).name} and "
+        log.info(f"  wrote configs/tensorrt.pbtxt (plans: {plans}), configs/{recipe_path(model_dir).name} and "
             f"configs/{feeds_path(model_dir).name} ({recipe.precision}, cc "
             f"{', '.join(recipe.compute_capabilities) or 'this GPU'})")
     return wrote
@@ -66,8 +66,7 @@ def write_plan_files(spec: ModelSpec, model_dir: Path, log: Log, built: list | N
 class PlanStep:
     """Builds plans for the specs that ask for them, on this host's GPU; decides once whether it can."""
 
-    def __init__(self, log: Log, target: Target | None = None):
-        self.log = log
+    def __init__(self, target: Target | None = None):
         self.target = target or device.detect()
         why = builder.unavailable()
         self.unavailable = why or ("" if self.target.compute_capability else "no GPU (nvidia-smi found none)")
@@ -75,7 +74,7 @@ class PlanStep:
 
     def _tell_once(self) -> None:
         if not self._told:
-            self.log(f"[engines] TensorRT plans skipped: {self.unavailable}; building the ONNX repository "
+            log.info(f"[engines] TensorRT plans skipped: {self.unavailable}; building the ONNX repository "
                      f"(`hotpath engines --check` lists the plans each GPU needs)")
             self._told = True
 
@@ -92,14 +91,14 @@ class PlanStep:
             if not check.ok:
                 raise BuildError(f"{spec.name}: constant-folded ONNX differs from the export "
                                  f"(max abs diff {check.max_abs_diff:.2e})")
-            self.log(f"  folded constants: {folded['nodes_before']} -> {folded['nodes_after']} nodes "
+            log.info(f"  folded constants: {folded['nodes_before']} -> {folded['nodes_after']} nodes "
                      f"({recipe.onnx}; polygraphy parity vs {EXPORTED_ONNX}: max abs diff {check.max_abs_diff:.1e})")
         if self.unavailable:
             self._tell_once()
             return "unavailable"
         status = plan_status(version_dir.parent, version_dir, recipe, self.target)
         if status.ok and not force and status.manifest.compute_capability == self.target.compute_capability:
-            self.log(f"  skip plan: {status.manifest.plan} fresh for {self.target.describe()}")
+            log.info(f"  skip plan: {status.manifest.plan} fresh for {self.target.describe()}")
             return "skipped"
         return self._build_plan(spec, recipe, version_dir)
 
@@ -118,10 +117,10 @@ class PlanStep:
             recipe=recipe, timing_cache=paths.work_dir() / "tensorrt" / "timing.cache",
             calibration=calibration_feeds,
             calibration_cache=version_dir / recipe.calibration_cache if recipe.calibration_cache else None)
-        seconds = builder.build(job, self.log)
+        seconds = builder.build(job)
         check = parity.compare(parity.onnxrt_runner(version_dir / EXPORTED_ONNX, "onnxruntime"),
                                parity.trt_runner(job.plan, "tensorrt"), feeds, recipe.parity_atol, recipe.parity_rtol)
-        self.log(f"  parity TensorRT vs ONNX Runtime ({recipe.precision}, {check.iterations} batches): "
+        log.info(f"  parity TensorRT vs ONNX Runtime ({recipe.precision}, {check.iterations} batches): "
                  f"max abs diff {check.max_abs_diff:.2e} (tolerance {recipe.parity_atol:g})")
         if not check.ok:
             job.plan.unlink()

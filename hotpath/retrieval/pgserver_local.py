@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 
 from hotpath.errors import ServerError
-from hotpath.processes import stop_process
+from hotpath.shutdown import stop_process
 
 SYSTEM_USER = "pgserver"   # the name pgserver itself uses when it finds itself running as root
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 import signal
 import subprocess
@@ -15,19 +16,16 @@ from typing import Callable
 
 from hotpath import paths
 from hotpath.errors import ServerError
-from hotpath.processes import stop_process
 from hotpath.runtime.timing import ENV as STUB_TIMING_ENV
 from hotpath.server.admin import admin_key
 from hotpath.server.command import TritonCommand, cache_bytes_from_env, exit_timeout_from_env
 from hotpath.server.install import TritonInstall, prepare_backend_dir, server_environment
 from hotpath.server.ports import ServerPorts, port_is_free
 from hotpath.server.staging import stage_repository
+from hotpath.shutdown import stop_process
 
 Log = Callable[[str], None]
-
-
-def _print(message: str) -> None:
-    print(message, flush=True)
+logger = logging.getLogger(__name__)
 
 
 class LocalTriton:
@@ -35,7 +33,7 @@ class LocalTriton:
 
     def __init__(self, repository: Path | None = None, ports: ServerPorts | None = None,
                  ort_threads: int | None = None, model_control: str = "none",
-                 extra_args: list[str] | None = None, cache_bytes: int | None = None, log: Log = _print,
+                 extra_args: list[str] | None = None, cache_bytes: int | None = None, log: Log | None = None,
                  stub_timing: bool = False, exit_timeout_s: int | None = None):
         self.repository = Path(repository or paths.model_repository())
         self.ports = ports or ServerPorts()
@@ -44,7 +42,7 @@ class LocalTriton:
         self.extra_args = extra_args or []
         # Response cache for models whose config enables it (local cache implementation).
         self.cache_bytes = cache_bytes if cache_bytes is not None else cache_bytes_from_env()
-        self.log = log
+        self.log = log or logger.info   # a callable of its own: some callers silence or redirect it
         # After SIGTERM tritonserver waits this long for in-flight requests and model unloads, then exits.
         self.exit_timeout_s = exit_timeout_s if exit_timeout_s is not None else exit_timeout_from_env()
         # Per-execute() timestamps from the Python stubs (hotpath.runtime.timing), for perf --explain.

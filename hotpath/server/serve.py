@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import time
 from pathlib import Path
@@ -11,6 +12,8 @@ from hotpath.server.process import LocalTriton
 from hotpath.server.tracing import OtlpTracing
 from hotpath.server.watchdog import Watchdog
 
+log = logging.getLogger(__name__)
+
 
 def serve_forever(ports: ServerPorts, repository: Path | None = None, ort_threads: int | None = None,
                   demo: bool = False, tracing: OtlpTracing | None = None, watchdog: bool = True,
@@ -19,7 +22,7 @@ def serve_forever(ports: ServerPorts, repository: Path | None = None, ort_thread
     With `watchdog`, models whose Python stub dies are restarted (explicit model control)."""
     server = LocalTriton(repository, ports, ort_threads, model_control="explicit" if watchdog else "none",
                          extra_args=tracing.flags() if tracing else None)
-    guard = Watchdog(server, probe_s=probe_s) if watchdog else None
+    guard = Watchdog(server, probe_s=probe_s, log=logging.getLogger("hotpath.server.watchdog").info) if watchdog else None
     stop = {"signal": None}
 
     def _handle(signum, _frame):
@@ -29,25 +32,25 @@ def serve_forever(ports: ServerPorts, repository: Path | None = None, ort_thread
     signal.signal(signal.SIGINT, _handle)
     server.start()
     try:
-        print(f"[serve] gRPC    {server.grpc_url}\n[serve] HTTP    http://{server.http_url}\n"
-              f"[serve] metrics {server.metrics_url}", flush=True)
+        log.info(f"[serve] gRPC    {server.grpc_url}\n[serve] HTTP    http://{server.http_url}\n"
+                 f"[serve] metrics {server.metrics_url}")
         if tracing:
-            print(f"[serve] traces  OpenTelemetry, 1 request in {tracing.rate} -> {tracing.url}", flush=True)
+            log.info(f"[serve] traces  OpenTelemetry, 1 request in {tracing.rate} -> {tracing.url}")
         if demo:
             from hotpath.demo import show_example
 
             show_example(server.grpc_url)
         if guard:
             guard.start()
-        print("[serve] serving; Ctrl-C to stop", flush=True)
+        log.info("[serve] serving; Ctrl-C to stop")
         while stop["signal"] is None:
             if (not guard or not guard.alive()) and server.process.poll() is not None:
-                print(f"[serve] tritonserver exited ({server.process.returncode}):\n{server.log_tail()}", flush=True)
+                log.error(f"[serve] tritonserver exited ({server.process.returncode}):\n{server.log_tail()}")
                 return 1
             time.sleep(0.5)
     finally:
         if guard:
             guard.stop()
-        print("[serve] stopping tritonserver", flush=True)
+        log.info("[serve] stopping tritonserver")
         server.stop()
     return 0

@@ -11,6 +11,7 @@ tritonserver, which drains in-flight requests for its --exit-timeout-secs and ex
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -22,13 +23,11 @@ from pathlib import Path
 
 import tritonclient.grpc as grpcclient
 
-from hotpath import settings
+from hotpath import logs, settings
 from hotpath.server.admin import ENV as ADMIN_KEY_ENV
 from hotpath.server.watchdog import Watchdog
 
-
-def _log(message: str) -> None:
-    print(message, flush=True)
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -68,7 +67,7 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def supervise(cmd: list[str], census_s: float = 0.5, probe_s: float = 5.0, log=_log) -> int:
+def supervise(cmd: list[str], census_s: float = 0.5, probe_s: float = 5.0) -> int:
     """Run `cmd` (a tritonserver command line with --model-control-mode=explicit) under the Watchdog."""
     if flag(cmd, "model-control-mode") != "explicit":
         raise SystemExit("supervise: the watchdog reloads models through explicit model control; "
@@ -88,12 +87,12 @@ def supervise(cmd: list[str], census_s: float = 0.5, probe_s: float = 5.0, log=_
     signal.signal(signal.SIGINT, forward)
     if _wait_ready(process, url):
         watchdog.append(Watchdog(Supervised(process, url, repository), census_s=census_s, probe_s=probe_s,
-                                 log=log, restart_server=False).start())
+                                 log=logging.getLogger("hotpath.server.watchdog").info, restart_server=False).start())
     code = process.wait()
     for w in watchdog:
         w.stop()
     if code != 0:
-        log(f"[supervise] tritonserver exited with {code}; exiting so that the orchestrator restarts the container")
+        log.error(f"[supervise] tritonserver exited with {code}; exiting so that the orchestrator restarts the container")
     return exit_code(code)
 
 
@@ -104,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if not argv:
         print("usage: python3 -m hotpath.server.supervise -- tritonserver ARGS...", file=sys.stderr)
         return 2
+    logs.configure()
     return supervise(argv, probe_s=settings.probe_s())
 
 

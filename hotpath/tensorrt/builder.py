@@ -7,6 +7,7 @@ built and inspected anywhere and `build` fails with one clear line where TensorR
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,7 +86,7 @@ def plan_loader(job: BuildJob):
                                   save_timing_cache=str(job.timing_cache))
 
 
-def build(job: BuildJob, log: Log = print) -> float:
+def build(job: BuildJob, log: Log = logging.getLogger(__name__).info) -> float:
     """Build and write the plan; returns the build time in seconds."""
     recipe = job.recipe
     log(f"  TensorRT: building {job.plan.name} ({recipe.precision}, {len(recipe.profiles)} profile(s), "

@@ -2,7 +2,7 @@
 
 import pytest
 
-from hotpath.engines import build_repository
+from hotpath.repository_build import build_repository
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 

@@ -12,12 +12,12 @@ import yaml
 
 from hotpath import paths
 from hotpath.client import ClassificationClient, ClientError, EmbeddingClient, GenerationClient, RetrievalClient
-from hotpath.engines import build_repository
 from hotpath.monitoring.dashboard import GPU_METRICS, expressions
 from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.monitoring.generation import generation_dashboard, streaming_alerts
 from hotpath.monitoring.local import LocalPrometheus
 from hotpath.monitoring.rules import all_alerts, recording_rules
+from hotpath.repository_build import build_repository
 from hotpath.samples import jpeg_photo
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton

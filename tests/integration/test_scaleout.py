@@ -6,10 +6,10 @@ what, and about order on NGINX's own clock."""
 
 import pytest
 
-from hotpath.engines import build_repository
 from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.nginx.process import LocalNginx
 from hotpath.perf.studies import failover_load as failover
+from hotpath.repository_build import build_repository
 from hotpath.scaleout.replicas import LocalReplicas
 from hotpath.server.subset import linked
 

@@ -284,7 +284,7 @@ def test_generation_metrics_are_published(triton, client):
 @pytest.fixture(scope="module")
 def explicit(tmp_path_factory):
     """A second tritonserver serving only text_generation, with explicit model control (reloads)."""
-    from hotpath.engines import build_repository
+    from hotpath.repository_build import build_repository
     from hotpath.server.ports import ServerPorts, free_ports
     from hotpath.server.process import LocalTriton
     from hotpath.server.subset import linked

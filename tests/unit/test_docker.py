@@ -47,7 +47,7 @@ def test_image_copies_only_the_runtime_and_the_checker_and_they_import_alone(tmp
     copies = re.findall(r"^COPY (hotpath\S*(?: hotpath\S*)*) (\S+)$", DOCKERFILE.read_text(), re.M)
     sources = [src for group, _ in copies for src in group.split()]
     assert sorted(sources) == ["hotpath/__init__.py", "hotpath/config.py", "hotpath/errors.py", "hotpath/health",
-                               "hotpath/paths.py", "hotpath/preflight.py", "hotpath/repository.py",
+                               "hotpath/logs.py", "hotpath/paths.py", "hotpath/preflight.py", "hotpath/repository.py",
                                "hotpath/retrieval", "hotpath/runtime", "hotpath/server/__init__.py",
                                "hotpath/server/admin.py", "hotpath/server/command.py",
                                "hotpath/server/model_control.py", "hotpath/server/stubs.py",

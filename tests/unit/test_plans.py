@@ -142,13 +142,13 @@ def _built(model_dir, cc, recipe, **fields):
 def test_plan_config_names_only_the_plans_built(encoder, tmp_path):
     model_dir, recipe = tmp_path / "text_encoder", recipe_for(encoder)
     (model_dir / "1").mkdir(parents=True)
-    assert write_plan_files(encoder, model_dir, lambda m: None)
+    assert write_plan_files(encoder, model_dir)
     config = text_format.Parse(config_path(model_dir).read_text(), mc.ModelConfig())
     assert not config.cc_model_filenames and config.default_model_filename == "model.plan"
     sm90 = _built(model_dir, "9.0", recipe)
     stale = _built(model_dir, "8.6", recipe)
     (model_dir / "1" / stale).write_bytes(b"not the plan its manifest describes")
-    assert write_plan_files(encoder, model_dir, lambda m: None)
+    assert write_plan_files(encoder, model_dir)
     config = text_format.Parse(config_path(model_dir).read_text(), mc.ModelConfig())
     assert dict(config.cc_model_filenames) == {"9.0": sm90}
     for name in [config.default_model_filename, *config.cc_model_filenames.values()]:
@@ -169,7 +169,7 @@ def test_committed_plan_config_and_recipe_match_the_spec(encoder, tmp_path):
     committed = paths.model_repository() / "text_encoder"
     (tmp_path / "text_encoder").mkdir()
     built = built_plans(committed, recipe_for(encoder))  # what this host built, if anything
-    assert write_plan_files(encoder, tmp_path / "text_encoder", lambda m: None, built=built)
+    assert write_plan_files(encoder, tmp_path / "text_encoder", built=built)
     assert config_path(committed).read_text() == config_path(tmp_path / "text_encoder").read_text(), \
         "configs/tensorrt.pbtxt is stale: run `make engines`"
     assert read_recipe(committed) == recipe_for(encoder)
@@ -234,7 +234,7 @@ def test_the_engines_step_checks_the_profile_against_the_tokenizer(encoder, tmp_
     monkeypatch.setenv("HOTPATH_ENSEMBLES_DIR", str(tmp_path / "ensembles"))
     (tmp_path / "repo" / "text_encoder").mkdir(parents=True)
     with pytest.raises(SpecError, match="starts at 16 tokens.*tokenizer.toml.*pad_to_multiple_of = 8"):
-        write_plan_files(load_spec(enc), tmp_path / "repo" / "text_encoder", lambda m: None)
+        write_plan_files(load_spec(enc), tmp_path / "repo" / "text_encoder")
     assert not config_path(tmp_path / "repo" / "text_encoder").exists()
 
 
@@ -250,7 +250,7 @@ def test_builder_is_set_up_without_tensorrt_and_stops_at_the_build(tmp_path, enc
     assert loader.timing_cache_path == str(tmp_path / "timing.cache")
     assert "tensorrt" in builder.unavailable().lower()
     with pytest.raises(PolygraphyException, match="tensorrt"):
-        builder.build(job, log=lambda m: None)
+        builder.build(job)
     assert not job.plan.exists()
     # Hardware compatibility and INT8 calibration need TensorRT's own types: they fail at set-up here.
     for variant in (dict(hardware_compatibility="AMPERE_PLUS"), dict(precision="int8")):
@@ -385,11 +385,11 @@ def test_int8_build_calibrates_at_the_profile_opt_shape(encoder, tmp_path, monke
     spec = with_tensorrt(encoder, **{**encoder.hotpath["tensorrt"], "precision": "int8"})
     recipe = recipe_for(spec)
     jobs = []
-    monkeypatch.setattr(builder, "build", lambda job, log: jobs.append(job) or job.plan.write_bytes(b"plan") or 1.0)
+    monkeypatch.setattr(builder, "build", lambda job: jobs.append(job) or job.plan.write_bytes(b"plan") or 1.0)
     monkeypatch.setattr(builder, "record", lambda *a, **k: None)
     monkeypatch.setattr(parity, "trt_runner", lambda plan, name: None)
     monkeypatch.setattr(parity, "compare", lambda *a, **k: parity.Parity(True, 0.0, 0.05, 0.0, 1))
-    step = PlanStep(lambda m: None, Target("NVIDIA H100 80GB HBM3", "9.0", "10.5.0.18"))
+    step = PlanStep(Target("NVIDIA H100 80GB HBM3", "9.0", "10.5.0.18"))
     assert step._build_plan(spec, recipe, tmp_path) == "built"
     (job,) = jobs
     opt = {name: opt for name, (_, opt, _) in recipe.profiles[0].items()}
@@ -402,7 +402,7 @@ def test_int8_build_calibrates_at_the_profile_opt_shape(encoder, tmp_path, monke
 
 def test_parity_inputs_written_for_the_container_are_the_build_s(encoder, tmp_path):
     (tmp_path / "text_encoder").mkdir()
-    write_plan_files(encoder, tmp_path / "text_encoder", lambda m: None)
+    write_plan_files(encoder, tmp_path / "text_encoder")
     written, expected = read_feeds(tmp_path / "text_encoder"), parity_feeds(encoder)
     assert len(written) == len(expected) > 1
     for got, want in zip(written, expected):

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from hotpath import paths
-from hotpath.engines import _io_settings
 from hotpath.errors import BuildError, SpecError
 from hotpath.exporters import quantize
 from hotpath.exporters.image_classifier import ImageClassifierExporter, gate_classifier
 from hotpath.exporters.sentence_encoder import SentenceEncoderExporter
+from hotpath.repository_build import _io_settings
 from hotpath.spec import load_spec
 
 CLASSIFIER = load_spec(paths.model_specs_dir() / "image_classifier.toml")

@@ -123,16 +123,16 @@ def test_warmup_files_are_written_as_serialized_bytes_tensors(tmp_path):
     import numpy as np
     from tritonclient.utils import deserialize_bytes_tensor
 
-    from hotpath.engines import WARMUP_DIR, _write_warmup_files, resolve_asset
+    from hotpath.repository_build import WARMUP_DIR, _write_warmup_files, resolve_asset
 
     (spec,) = [s for s in SPECS if s.name == "image_preprocess"]
     files = spec.hotpath["warmup_files"]
     assert {i.input_data_file for w in spec.config.model_warmup for i in w.inputs.values()} <= set(files)
-    assert _write_warmup_files(spec, tmp_path, lambda m: None)
+    assert _write_warmup_files(spec, tmp_path)
     for name, ref in files.items():
         (item,) = deserialize_bytes_tensor((tmp_path / WARMUP_DIR / name).read_bytes())
         assert item == resolve_asset(ref, spec).read_bytes()
-    assert not _write_warmup_files(spec, tmp_path, lambda m: None), "unchanged files are not rewritten"
+    assert not _write_warmup_files(spec, tmp_path), "unchanged files are not rewritten"
     np.testing.assert_equal(len(list((tmp_path / WARMUP_DIR).iterdir())), len(files))
 
 

@@ -9,11 +9,11 @@ part of the fingerprint, so re-tuning a config never re-exports a model.
 from __future__ import annotations
 
 import importlib.util
+import logging
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from google.protobuf import json_format
 
@@ -25,13 +25,9 @@ from hotpath.fingerprint import fingerprint, is_fresh, write_stamp
 from hotpath.plans.step import PlanStep, write_plan_files
 from hotpath.spec import ModelSpec, load_specs
 
-Log = Callable[[str], None]
+log = logging.getLogger(__name__)
 VERSION = "1"
 EXPORT_DIR = "export"  # exported files of a Python model, beside its model.py
-
-
-def _print(message: str) -> None:
-    print(message, flush=True)
 
 
 @dataclass
@@ -74,24 +70,24 @@ def _python_sources(spec: ModelSpec) -> tuple[Path, list[Path]]:
     return folder, sorted(folder.glob("*.py"))
 
 
-def _build_python(spec: ModelSpec, version_dir: Path, force: bool, log: Log) -> tuple[str, dict]:
+def _build_python(spec: ModelSpec, version_dir: Path, force: bool) -> tuple[str, dict]:
     folder, code = _python_sources(spec)
     assets = [resolve_asset(ref, spec) for ref in spec.hotpath.get("assets", [])]
     digest = fingerprint(_io_settings(spec), code + assets)
     present = all((version_dir / p.name).is_file() for p in code + assets)   # copies are out of git
     if not force and present and is_fresh(version_dir, digest):
-        log(f"  skip: {', '.join(p.name for p in code + assets)} unchanged (fingerprint {digest[:12]})")
+        log.info(f"  skip: {', '.join(p.name for p in code + assets)} unchanged (fingerprint {digest[:12]})")
         return "skipped", {}
     files = []
     for src in code + assets:
         shutil.copyfile(src, version_dir / src.name)
         files.append(src.name)
-    log(f"  copied {', '.join(files)} from {folder.relative_to(paths.ROOT) if folder.is_relative_to(paths.ROOT) else folder}")
+    log.info(f"  copied {', '.join(files)} from {folder.relative_to(paths.ROOT) if folder.is_relative_to(paths.ROOT) else folder}")
     write_stamp(version_dir, digest, files, {})
     return "built", {}
 
 
-def _build_onnx(spec: ModelSpec, version_dir: Path, force: bool, log: Log) -> tuple[str, dict]:
+def _build_onnx(spec: ModelSpec, version_dir: Path, force: bool) -> tuple[str, dict]:
     try:
         exporter = get_exporter(spec.hotpath.get("exporter", ""))
     except KeyError as exc:
@@ -102,28 +98,28 @@ def _build_onnx(spec: ModelSpec, version_dir: Path, force: bool, log: Log) -> tu
         raise BuildError(f"{spec.name}: source files missing: {', '.join(missing)}")
     digest = fingerprint({**_io_settings(spec), "versions": exporter.versions()}, sources + exporter.code_files())
     if not force and is_fresh(version_dir, digest):
-        log(f"  skip export: weights, export code, versions and tensor spec unchanged (fingerprint {digest[:12]})")
+        log.info(f"  skip export: weights, export code, versions and tensor spec unchanged (fingerprint {digest[:12]})")
         return "skipped", {}
     version_dir.mkdir(parents=True, exist_ok=True)
-    report = exporter.export(spec, version_dir, lambda m: log(f"  {m}"))
+    report = exporter.export(spec, version_dir, lambda m: log.info(f"  {m}"))
     write_stamp(version_dir, digest, report.files, report.metrics)
     return "built", report.metrics
 
 
-def _write_config(spec: ModelSpec, model_dir: Path, log: Log) -> bool:
+def _write_config(spec: ModelSpec, model_dir: Path) -> bool:
     text = render(spec)
     path = model_dir / "config.pbtxt"
     if path.exists() and path.read_text() == text:
         return False
     path.write_text(text)
-    log("  wrote config.pbtxt (parsed back: identical message)")
+    log.info("  wrote config.pbtxt (parsed back: identical message)")
     return True
 
 
 WARMUP_DIR = "warmup"   # Triton reads model_warmup input_data_file from <model>/warmup/
 
 
-def _write_warmup_files(spec: ModelSpec, model_dir: Path, log: Log) -> bool:
+def _write_warmup_files(spec: ModelSpec, model_dir: Path) -> bool:
     """<model>/warmup/<name> for each hotpath.warmup_files entry: the asset as a serialized one-element
     BYTES tensor (4-byte length + bytes), the form Triton reads for a TYPE_STRING warmup input."""
     import numpy as np
@@ -137,13 +133,12 @@ def _write_warmup_files(spec: ModelSpec, model_dir: Path, log: Log) -> bool:
             continue
         path.parent.mkdir(exist_ok=True)
         path.write_bytes(data)
-        log(f"  wrote {WARMUP_DIR}/{name} from {ref} ({len(data)} bytes)")
+        log.info(f"  wrote {WARMUP_DIR}/{name} from {ref} ({len(data)} bytes)")
         wrote = True
     return wrote
 
 
-def build_repository(repository: Path | None = None, only: list[str] | None = None, force: bool = False,
-                     log: Log = _print) -> list[StepResult]:
+def build_repository(repository: Path | None = None, only: list[str] | None = None, force: bool = False) -> list[StepResult]:
     """Build every model of the specs into `repository`; returns one StepResult per model."""
     repository = Path(repository or paths.model_repository())
     specs = load_specs(paths.model_specs_dir(), paths.ensemble_specs_dir())
@@ -154,37 +149,37 @@ def build_repository(repository: Path | None = None, only: list[str] | None = No
         if unknown:
             raise BuildError(f"no spec for model(s): {', '.join(sorted(unknown))}")
         specs = [s for s in specs if s.name in only]
-    log(f"[engines] {len(specs)} model(s) -> {repository}")
-    plans = PlanStep(log)
+    log.info(f"[engines] {len(specs)} model(s) -> {repository}")
+    plans = PlanStep()
     results = []
     for i, spec in enumerate(specs, 1):
         t0 = time.perf_counter()
-        log(f"[engines] ({i}/{len(specs)}) {spec.name} [{spec.kind}]")
+        log.info(f"[engines] ({i}/{len(specs)}) {spec.name} [{spec.kind}]")
         model_dir = repository / spec.name
         version_dir = model_dir / VERSION
         version_dir.mkdir(parents=True, exist_ok=True)
         if spec.kind == "onnx":
-            action, metrics = _build_onnx(spec, version_dir, force, log)
+            action, metrics = _build_onnx(spec, version_dir, force)
             if plans.build(spec, version_dir, force) == "built":
                 action = "built"
         elif spec.kind == "python":
-            action, metrics = _build_python(spec, version_dir, force, log)
+            action, metrics = _build_python(spec, version_dir, force)
             if spec.hotpath.get("exporter"):
                 # Its own folder and stamp: editing model.py must not re-run a slow export.
-                exported, metrics = _build_onnx(spec, version_dir / EXPORT_DIR, force, log)
+                exported, metrics = _build_onnx(spec, version_dir / EXPORT_DIR, force)
                 action = "built" if "built" in (action, exported) else action
         else:
             # Triton wants a version directory for ensembles too; keep it in git.
             (version_dir / ".gitkeep").touch()
             action, metrics = "skipped", {}
-        wrote = _write_config(spec, model_dir, log)
-        wrote = write_plan_files(spec, model_dir, log) or wrote
-        wrote = _write_warmup_files(spec, model_dir, log) or wrote
+        wrote = _write_config(spec, model_dir)
+        wrote = write_plan_files(spec, model_dir) or wrote
+        wrote = _write_warmup_files(spec, model_dir) or wrote
         if action == "skipped" and not wrote:
             action = "unchanged"
         elapsed = time.perf_counter() - t0
-        log(f"[engines] ({i}/{len(specs)}) {spec.name}: {action} in {elapsed:.1f}s")
+        log.info(f"[engines] ({i}/{len(specs)}) {spec.name}: {action} in {elapsed:.1f}s")
         results.append(StepResult(spec.name, action, elapsed, metrics))
     for stray in sorted(p.name for p in repository.iterdir() if p.is_dir() and p.name not in known):
-        log(f"[engines] warning: {repository / stray} has no spec; Triton will still try to load it")
+        log.warning(f"[engines] warning: {repository / stray} has no spec; Triton will still try to load it")
     return results
