@@ -73,9 +73,28 @@ def distributions_of(module: str) -> frozenset[str]:
     return frozenset(canonical(d) for d in dists)
 
 
+def study_candidates() -> dict[str, str]:
+    """Import name -> pin of the libraries studies compare and install on their own (hotpath.perf.studies)."""
+    import importlib
+
+    from hotpath.perf.studies import STUDIES
+
+    out = {}
+    for module, _ in STUDIES.values():
+        out.update(getattr(importlib.import_module(module), "CANDIDATES", {}))
+    return out
+
+
+def test_study_candidates_are_pinned():
+    pins = study_candidates()
+    assert {"simplejpeg", "hnswlib"} <= set(pins)
+    assert all(re.fullmatch(r"[A-Za-z0-9._-]+==[0-9][0-9A-Za-z.]*", pin) for pin in pins.values()), pins
+
+
 def test_every_third_party_import_is_declared():
     names = declared()
-    imports = third_party_imports()
+    candidates = study_candidates()
+    imports = {m: where for m, where in third_party_imports().items() if m.split(".")[0] not in candidates}
     assert {"torch", "faiss", "crossplane", "google.protobuf"} <= {m.split(".")[0] for m in imports} | set(imports), \
         "the walk finds imports inside functions too"
     unknown = {m: where for m, where in imports.items() if not distributions_of(m)}

@@ -7,10 +7,10 @@ decode + preprocess time, the pixel difference against today's output and the se
 top-1/top-5 agreement on both outputs.
 
     flock /tmp/hotpath-bench.lock .venv/bin/hotpath study decode              # -> perf/reports/image_decode.md
-    .venv/bin/pip install --no-deps --target /tmp/decode-libs simplejpeg==1.9.0 'PyTurboJPEG==1.8.3'
     apt-get install libturbojpeg0                                          # PyTurboJPEG's libturbojpeg.so.0
-    PYTHONPATH=/tmp/decode-libs flock /tmp/hotpath-bench.lock \\
-        .venv/bin/hotpath study decode --libraries             # -> perf/reports/image_decode_libraries.md
+    flock /tmp/hotpath-bench.lock .venv/bin/hotpath study decode --libraries  # -> image_decode_libraries.md
+
+`--libraries` installs the bindings (CANDIDATES, pinned) into .hotpath/study-libs/decode/ on first use.
 
 The libraries are not dependencies of hotpath (none was kept: see the report); a binding that is not
 importable is listed as such and skipped. PyTurboJPEG 2.x needs libjpeg-turbo >= 3.0 (Debian
@@ -41,6 +41,8 @@ from hotpath.samples import jpeg_photo
 SIZES = (300, 720, 1440, 2400, 4000)
 # skimage.data's color photographs (the ones that ship with the package, no download).
 PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field", "immunohistochemistry", "retina")
+# The bindings `--libraries` compares (import name -> pin); not dependencies of hotpath.
+CANDIDATES = {"simplejpeg": "simplejpeg==1.9.0", "turbojpeg": "PyTurboJPEG==1.8.3"}
 REPORTS = paths.ROOT / "perf" / "reports"
 CLASSIFIER = paths.model_repository() / "image_classifier" / "1" / "model.onnx"
 
@@ -375,5 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--libraries", action="store_true",
                         help="compare simplejpeg / PyTurboJPEG with Pillow's draft decode (image_decode_libraries.md)")
     args = parser.parse_args(argv)
+    if args.libraries:
+        runner.candidates("decode", CANDIDATES)
     libraries() if args.libraries else draft_vs_full()
     return 0

@@ -5,6 +5,8 @@ Same embeddings (the endpoint's own vectors of Debian package descriptions, save
 search on held-out queries, single-query latency (c=1, k=10) and the index's size on disk.
 
     .venv/bin/hotpath study retrieval_ann EMBEDDINGS.npy [--m 16 --ef-construction 200 --ef-search 64]
+
+hnswlib and usearch (CANDIDATES, pinned) are installed into .hotpath/study-libs/retrieval_ann/ on first use.
 """
 
 from __future__ import annotations
@@ -63,6 +65,8 @@ def faiss_lib(base, m, efc, ef, path):
     return search
 
 
+# The libraries compared with faiss (import name -> pin); not dependencies of hotpath.
+CANDIDATES = {"hnswlib": "hnswlib==0.8.0", "usearch": "usearch==2.26.6", "numkong": "numkong==7.8.6"}  # numkong: usearch's kernels
 LIBS = {"hnswlib 0.8.0": hnswlib_lib, "usearch 2.26.6": usearch_lib, "faiss-cpu 1.15.1": faiss_lib}
 
 
@@ -74,6 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ef-search", type=int, default=64)
     ap.add_argument("--held-out", type=int, default=500)
     args = ap.parse_args(argv)
+    runner.candidates("retrieval_ann", CANDIDATES)
     vectors = np.load(args.embeddings).astype(np.float32)
     order = np.random.default_rng(0).permutation(len(vectors))
     queries, base = vectors[order[:args.held_out]], vectors[order[args.held_out:]]

@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import signal
+import subprocess
 import sys
 
+from hotpath import paths
 from hotpath.errors import HotpathError
 from hotpath.perf.measure.host_load import QuietReport, allow_busy_default, require_quiet
 from hotpath.perf.studies import STUDIES
@@ -40,3 +42,19 @@ def listing() -> str:
     """One line per study: name and what it measures."""
     width = max(map(len, STUDIES))
     return "\n".join(f"{n:<{width}}  {what}" for n, (_, what) in sorted(STUDIES.items()))
+
+
+def candidates(study: str, pins: dict[str, str]) -> None:
+    """Make the libraries a study compares (import name -> exact pin) importable: installed on first use,
+    without dependencies, into .hotpath/study-libs/<study>/, never into hotpath's own environment (none of
+    them is a dependency of hotpath: the study is how one was chosen or turned down)."""
+    target = paths.work_dir() / "study-libs" / study
+    stamp = target / ".pins"
+    wanted = "\n".join(sorted(pins.values()))
+    if not (stamp.exists() and stamp.read_text() == wanted):
+        print(f"[study {study}] installing {', '.join(sorted(pins.values()))} into {target}", flush=True)
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--upgrade", "--no-deps", "--target", str(target),
+                        *sorted(pins.values())], check=True)
+        stamp.write_text(wanted)
+    if str(target) not in sys.path:
+        sys.path.insert(0, str(target))
