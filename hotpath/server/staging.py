@@ -7,6 +7,7 @@ staged copy instead; every substitution is logged, and the repository itself is 
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 from typing import Callable
@@ -20,8 +21,7 @@ from hotpath.repository import Repository, read_config
 Log = Callable[[str], None]
 
 
-def _print(message: str) -> None:
-    print(message, flush=True)
+_print = logging.getLogger(__name__).info
 
 
 def _substitute_onnxruntime(config: mc.ModelConfig, ort_threads: int | None) -> mc.ModelConfig:

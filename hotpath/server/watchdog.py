@@ -15,6 +15,7 @@ hotpath.server.supervise exits with it, and the orchestrator restarts the contai
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 import time
@@ -72,7 +73,7 @@ class Watchdog:
     census_s: float = 0.5
     probe_s: float = 5.0
     probe_timeout_s: float = 5.0
-    log: Callable[[str], None] = print
+    log: Callable[[str], None] = logging.getLogger(__name__).info
     restart_server: bool = True
     recoveries: list[Recovery] = field(default_factory=list)
 

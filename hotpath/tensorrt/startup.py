@@ -15,6 +15,7 @@ A model with TensorRT plans is served:
 from __future__ import annotations
 
 import argparse
+import logging
 import shutil
 import sys
 from dataclasses import dataclass, field
@@ -28,11 +29,12 @@ from hotpath.tensorrt.inventory import PlanStatus, plan_status, version_dirs
 from hotpath.tensorrt.recipe import CONFIG_NAME, FEEDS_FILE, Recipe, plan_filename, read_feeds, read_recipe
 
 Log = Callable[[str], None]
+logger = logging.getLogger(__name__)
 EXPORTED_ONNX = "model.onnx"  # what the build compares plans with (hotpath.plans.step)
 
 
 def _say(message: str) -> None:
-    print(f"[startup] {message}", flush=True)
+    logger.info(f"[startup] {message}")
 
 
 @dataclass
@@ -187,8 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--on-incompatible", choices=("rebuild", "fail"), default="rebuild")
     parser.add_argument("--args-file", required=True, help="where to write tritonserver's arguments")
     args = parser.parse_args(argv)
+    from hotpath import logs
     from hotpath.preflight import check_repository
 
+    logs.configure()
     result = prepare(Path(args.repository), Path(args.cache), device.detect(), args.on_incompatible)
     problems = result.problems or check_repository(result.repository)
     for problem in problems:
