@@ -27,7 +27,7 @@ def promtool(*args, cwd=None):
 
 
 def test_generated_files_are_fresh():
-    assert not stale(), "run `python -m hotpath.monitoring` and commit: " + ", ".join(map(str, stale()))
+    assert not stale(), "run `hotpath monitoring` and commit: " + ", ".join(map(str, stale()))
 
 
 @pytest.mark.parametrize("profile", sorted(SLO))
