@@ -1,6 +1,7 @@
-"""Scale out on one machine: N local tritonserver replicas behind NGINX, the failover study.
+"""Scale out on one machine: N local tritonserver replicas behind NGINX.
 
 The small-scale proof of deploy/'s Kubernetes layout: least-connection balancing over gRPC, a replica
 that dies is skipped, and idempotent calls in flight on it are retried on another replica, through the
-tenant gateway (the front door) or the bare replica balancer (balancer.py).
+tenant gateway (the front door) or the bare replica balancer (balancer.py). Measured by
+`hotpath study failover` (hotpath.perf.studies.failover).
 """
