@@ -13,12 +13,17 @@ import logging
 import sys
 
 
-class _Console(logging.StreamHandler):
-    """INFO and below to stdout, WARNING and above to stderr, looked up at each record (tests swap them)."""
+class _Console(logging.Handler):
+    """INFO and below to stdout, WARNING and above to stderr: sys.stdout / sys.stderr looked up at each record,
+    never kept (a stream swapped out and closed meanwhile, as test capture does, is never written or flushed)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.setStream(sys.stdout if record.levelno < logging.WARNING else sys.stderr)
-        super().emit(record)
+        try:
+            stream = sys.stdout if record.levelno < logging.WARNING else sys.stderr
+            stream.write(self.format(record) + "\n")
+            stream.flush()
+        except Exception:  # noqa: BLE001 - logging's own policy: report, never raise into the caller
+            self.handleError(record)
 
 
 def configure(level: int = logging.INFO) -> None:

@@ -35,3 +35,17 @@ def test_unconfigured_library_logging_prints_nothing(fresh_logging, capsys):
     logging.getLogger().handlers[:] = [h for h in logging.getLogger().handlers if not isinstance(h, logs._Console)]
     logging.getLogger("hotpath.repository_build").info("[engines] quiet unless a main() configured logging")
     assert capsys.readouterr() == ("", "")
+
+
+def test_a_stream_closed_since_the_last_record_is_never_touched(fresh_logging, monkeypatch, tmp_path):
+    logs.configure()
+    old = (tmp_path / "first.log").open("w")           # a real file: flushing it once closed raises
+    monkeypatch.setattr("sys.stdout", old)
+    logging.getLogger("hotpath.server.process").info("[serve] first")
+    old.close()                                        # what pytest does with a finished test's capture
+    new = (tmp_path / "second.log").open("w")
+    monkeypatch.setattr("sys.stdout", new)
+    logging.getLogger("hotpath.server.process").info("[serve] second")   # raised ValueError before
+    new.close()
+    assert (tmp_path / "first.log").read_text() == "[serve] first\n"
+    assert (tmp_path / "second.log").read_text() == "[serve] second\n"
