@@ -83,11 +83,25 @@ class SoakResult:
         """Requests sent but never answered within the drain time after the last send, per endpoint."""
         return {e: int(r.rate * r.duration_s) - len(r.outcomes) for e, r in self.runs.items()}
 
+    def cache_full_at(self, share: float = 0.99) -> float | None:
+        """Seconds into the run of the first sample with the response cache at `share` of its final fill."""
+        utils = [s for s in self.memory if s.cache_util is not None]
+        if not utils:
+            return None
+        final = max(s.cache_util for s in utils)
+        return next(s.t_s for s in utils if s.cache_util >= share * final)
+
+    def settled(self, settled_from: float = 0.5) -> list[MemorySample]:
+        """The samples memory is judged on: from `settled_from` of the run and the response cache full.
+
+        A slow host fills the cache late (every request waits behind the others): RSS growing while the cache
+        and the backlog fill is not a leak, so judging starts once both are behind."""
+        start = max(settled_from * self.duration_s, self.cache_full_at() or 0.0)
+        return [s for s in self.memory if s.t_s >= start]
+
     def growth_mb(self, process: str, settled_from: float = 0.5) -> float:
-        """RSS growth of one process over the settled part of the run (from `settled_from` of its length
-        to the end): what "flat once the cache is full" is judged on."""
-        samples = [s for s in self.memory if process in s.rss_mb]
-        settled = [s for s in samples if s.t_s >= settled_from * self.duration_s]
+        """RSS growth of one process over the settled samples: what "flat once the cache is full" is judged on."""
+        settled = [s for s in self.settled(settled_from) if process in s.rss_mb]
         if len(settled) < 2:
             return float("nan")
         return settled[-1].rss_mb[process] - min(s.rss_mb[process] for s in settled)
@@ -205,7 +219,8 @@ def write_report(result: SoakResult, targets_ms: dict[str, float], path: Path, w
         cache = "" if s.cache_util is None else f"{s.cache_util:.2f}"
         lines.append(f"| {s.t_s:.0f} | {cache} | " + " | ".join(f"{s.rss_mb.get(p, float('nan')):.0f}"
                                                             for p in processes) + " |")
-    lines += ["", "RSS growth over the second half of the run (MB; flat = what stays after the cache filled):",
+    since = f"{result.settled()[0].t_s:.0f} s" if result.settled() else "the second half"
+    lines += ["", f"RSS growth from {since} (second half, response cache full) to the end (MB):",
               "", "| process | growth MB |", "|---|---:|"]
     lines += [f"| {p} | {result.growth_mb(p):+.1f} |" for p in processes]
     lines += ["", f"![p95 and RSS over time]({png.name})", ""]
