@@ -36,7 +36,7 @@ def soak():
     http, grpc, metrics = free_ports(3)
     with LocalTriton(ports=ServerPorts(http=http, grpc=grpc, metrics=metrics), cache_bytes=2 * 2**20) as server:
         yield run_soak(server.grpc_url, server.process.pid, 30.0, RATES, sample_s=2.0,
-                       metrics_url=server.metrics_url)
+                       metrics_url=server.metrics_url, tail_s=6.0)
 
 
 def test_nothing_lost_no_errors(soak):
@@ -55,10 +55,11 @@ def test_the_cache_fills_and_memory_stays_flat(soak):
     assert len(settled) >= 3 and settled[-1].t_s - settled[0].t_s >= 4, \
         f"too little of the run after the cache filled (at {soak.cache_full_at()} s) to judge memory"
     growth = {p: soak.growth_mb(p) for p in processes}
-    print(f"RSS growth from {settled[0].t_s:.1f} s (second half, cache full) to the end (MB):",
+    phase = "drain: the host fell behind" if soak.fell_behind() else "second half, cache full"
+    print(f"RSS growth from {settled[0].t_s:.1f} s ({phase}) to the end (MB):",
           {p: round(g, 1) for p, g in growth.items()})
-    # Measured: under 0.5 MB on a quiet host; with another process taking a core the cache fills only at the
-    # end (RSS grows ~60 MB meanwhile with the backlog), then stays flat. A leak of 10 KB per request would add
-    # ~9 MB over the second half.
+    # Measured: under 0.5 MB on a quiet host. Beside a CPU-heavy process the cache fills late and requests queue
+    # in the server until sending stops (RSS +60 MB, backlog, not a leak), so memory is judged on the drain
+    # there. A leak of 10 KB per request would add ~9 MB over the second half.
     assert all(g < 8 for g in growth.values()), growth
 

@@ -91,12 +91,23 @@ class SoakResult:
         final = max(s.cache_util for s in utils)
         return next(s.t_s for s in utils if s.cache_util >= share * final)
 
-    def settled(self, settled_from: float = 0.5) -> list[MemorySample]:
-        """The samples memory is judged on: from `settled_from` of the run and the response cache full.
+    def in_flight_at(self, t_s: float) -> int:
+        """Requests sent but not yet answered `t_s` into the run, over every endpoint."""
+        return sum(o.sent_s <= t_s < o.sent_s + o.latency_s for run in self.runs.values() for o in run.outcomes)
 
-        A slow host fills the cache late (every request waits behind the others): RSS growing while the cache
-        and the backlog fill is not a leak, so judging starts once both are behind."""
+    def fell_behind(self) -> bool:
+        """More than a second of the offered load still unanswered when sending stopped: a backlog grew."""
+        return self.in_flight_at(self.duration_s) > sum(self.rates.values())
+
+    def settled(self, settled_from: float = 0.5) -> list[MemorySample]:
+        """The samples memory is judged on: from `settled_from` of the run with the response cache full, or,
+        when the host fell behind, from the end of sending (the drain: no new request, the backlog answered).
+
+        RSS that grows while the cache or a backlog fills is not a leak (a slow host fills the cache late and
+        queues requests in the server until the load stops); what grows while they are answered is."""
         start = max(settled_from * self.duration_s, self.cache_full_at() or 0.0)
+        if self.fell_behind():
+            start = max(start, self.duration_s)
         return [s for s in self.memory if s.t_s >= start]
 
     def growth_mb(self, process: str, settled_from: float = 0.5) -> float:
@@ -127,8 +138,10 @@ def _cache_util(metrics_url: str | None) -> float | None:
 
 
 def run_soak(url: str, server_pid: int, duration_s: float, rates: dict[str, float] | None = None,
-             sample_s: float = 5.0, metrics_url: str | None = None, log=logger.info) -> SoakResult:
-    """Offer `rates` (requests/s per endpoint) together for `duration_s`, sampling RSS every `sample_s`."""
+             sample_s: float = 5.0, metrics_url: str | None = None, tail_s: float = 0.0,
+             log=logger.info) -> SoakResult:
+    """Offer `rates` (requests/s per endpoint) together for `duration_s`, sampling RSS every `sample_s`, and
+    `tail_s` longer once every request is answered (so a drain has samples to be judged on)."""
     rates = rates or DEFAULT_RATES
     result = SoakResult(duration_s, dict(rates))
     makers = {}
@@ -157,6 +170,7 @@ def run_soak(url: str, server_pid: int, duration_s: float, rates: dict[str, floa
         t.start()
     for t in drivers:
         t.join()
+    time.sleep(tail_s)
     stop.set()
     sampler.join()
     missing = [e for e in rates if e not in result.runs]
