@@ -67,7 +67,6 @@ def _cache_sections(url: str, endpoint: str, log) -> list[str]:
     return measure_cache(url, endpoint, log=log)
 
 
-
 def _payloads(*models: str) -> dict[str, Payload]:
     return {m: PAYLOADS[m] for m in models}
 

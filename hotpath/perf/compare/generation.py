@@ -338,7 +338,7 @@ def _merge(previous: Path, rows: list[StreamingStats], runs: list[str]) -> tuple
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = runner.parser("generation_compare", __doc__)
+    parser = runner.parser("generation_compare", __doc__, allow_busy=False)
     parser.add_argument("--url", default=None, help="server with explicit model control (default: start one)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCY))
     parser.add_argument("--rounds", type=int, default=2, help="requests per worker at each concurrency")

@@ -373,7 +373,7 @@ def libraries() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = runner.parser("decode", __doc__)
+    parser = runner.parser("decode", __doc__, allow_busy=False)
     parser.add_argument("--libraries", action="store_true",
                         help="compare simplejpeg / PyTurboJPEG with Pillow's draft decode (image_decode_libraries.md)")
     args = parser.parse_args(argv)

@@ -213,7 +213,7 @@ def render(host: dict, image: tuple, encoder: tuple, runs: int, started: str, se
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = runner.parser("precision", __doc__)
+    parser = runner.parser("precision", __doc__, allow_busy=False)
     parser.add_argument("--runs", type=int, default=40, help="timed runs per median (>= 30)")
     args = parser.parse_args(argv)
     if args.runs < 30:

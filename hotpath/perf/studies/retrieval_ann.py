@@ -71,7 +71,7 @@ LIBS = {"hnswlib 0.8.0": hnswlib_lib, "usearch 2.26.6": usearch_lib, "faiss-cpu 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = runner.parser("retrieval_ann", __doc__)
+    ap = runner.parser("retrieval_ann", __doc__, allow_busy=False)
     ap.add_argument("embeddings")
     ap.add_argument("--m", type=int, default=16)
     ap.add_argument("--ef-construction", type=int, default=200)

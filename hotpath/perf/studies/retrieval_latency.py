@@ -43,7 +43,7 @@ def timed(fn, items) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = runner.parser("retrieval_latency", __doc__)
+    ap = runner.parser("retrieval_latency", __doc__, allow_busy=False)
     ap.add_argument("--requests", type=int, default=300)
     args = ap.parse_args(argv)
     os.environ["HOTPATH_RETRIEVAL_DATA_DIR"] = tempfile.mkdtemp(prefix="retrieval-bench-")

@@ -4,29 +4,27 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import signal
 import subprocess
 import sys
 
 from hotpath import paths
 from hotpath.errors import HotpathError
-from hotpath.perf.measure.host_load import QuietReport, allow_busy_default, require_quiet
+from hotpath.perf.measure.host_load import allow_busy_default
 from hotpath.perf.studies import STUDIES
+
+logger = logging.getLogger(__name__)
 
 
 def parser(name: str, doc: str | None, allow_busy: bool = True) -> argparse.ArgumentParser:
-    """The study's argument parser: its docstring as help, `--allow-busy` unless the study needs no quiet host."""
+    """The study's argument parser: its docstring as help, and `--allow-busy` for a study that refuses a busy host."""
     p = argparse.ArgumentParser(prog=f"hotpath study {name}", description=doc,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     if allow_busy:
         p.add_argument("--allow-busy", action="store_true", default=allow_busy_default(),
                        help="measure even when other processes use the CPU (figures then say so)")
     return p
-
-
-def quiet_host(args: argparse.Namespace) -> QuietReport:
-    """Refuse a busy host unless --allow-busy; the report's summary goes into the study's header."""
-    return require_quiet(args.allow_busy)
 
 
 def run(name: str, argv: list[str]) -> int:
@@ -52,7 +50,7 @@ def candidates(study: str, pins: dict[str, str]) -> None:
     stamp = target / ".pins"
     wanted = "\n".join(sorted(pins.values()))
     if not (stamp.exists() and stamp.read_text() == wanted):
-        print(f"[study {study}] installing {', '.join(sorted(pins.values()))} into {target}", flush=True)
+        logger.info(f"[study {study}] installing {', '.join(sorted(pins.values()))} into {target}")
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--upgrade", "--no-deps", "--target", str(target),
                         *sorted(pins.values())], check=True)
         stamp.write_text(wanted)
