@@ -9,8 +9,11 @@ sees the status, not an HTTP error), HTTP with Triton's JSON error body.
 | tenant token | `map $http_authorization` + `if` (server rewrite) | 16 UNAUTHENTICATED | 401 |
 | API a tenant may call | allow-listed locations, `return 403` in `/` (rewrite) | 7 PERMISSION_DENIED | 403 |
 | tenant's rate | `limit_req` per rate class, `nodelay` (preaccess) | 8 RESOURCE_EXHAUSTED | 429 |
-| in-flight inference calls, open streams | `limit_conn` on one key each (preaccess) | 14 UNAVAILABLE | 503 |
-| body size | `client_max_body_size` (content) | 3 INVALID_ARGUMENT | 413 |
+| open streams | `limit_conn` on one key (preaccess) | 14 UNAVAILABLE | 503 |
+| body size | `client_max_body_size` (access, as the body is read) | 3 INVALID_ARGUMENT | 413 |
+| public endpoint (no internal step model) | front_door.lua (access) | 5 NOT_FOUND | 404 |
+| HTTP body: JSON nesting, KServe v2 shape, the model's inputs | front_door.lua (access) | - | 400 |
+| tenant's fair share of in-flight calls and items | front_door.lua (access) | 14 UNAVAILABLE | 503 |
 
 Tenants may call inference, streams (gRPC ModelStreamInfer, HTTP generate and generate_stream),
 health, metadata and model config; repository, shared-memory, trace, logging and statistics APIs
@@ -19,10 +22,11 @@ are answered by the gateway (they need Triton's admin key, which belongs to oper
 Upstreams get the failover policy of hotpath.nginx.upstreams (measured in perf/reports/failover.md):
 a replica that fails is skipped, and inference and read-only calls go to another one.
 
-limit_conn counts a call from its header until its response ends; under HTTP/2 each concurrent
-stream counts as a connection (NGINX docs, ngx_http_limit_conn_module), so on a fixed key it caps
-the calls in flight. Inference calls and streams have a zone each: a stream lasts seconds, and would
-hold a slot sized for a ~20 ms call. A gRPC stream counts once, however many requests it carries.
+Inference calls are admitted by front_door.lua (hotpath.gateway.front_door): at most `max_in_flight`
+calls and `max_work` items per replica, each tenant held to its weighted share while others are active.
+Streams have their own cap (limit_conn counts a call from its header until its response ends; under
+HTTP/2 each concurrent stream counts as a connection): a stream lasts seconds, and would hold a slot
+sized for a ~20 ms call. A gRPC stream counts once, however many requests it carries.
 """
 
 from __future__ import annotations
@@ -32,6 +36,18 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hotpath.gateway.front_door import (
+    CONFIG_FILE,
+    SHARED_DICT,
+    PublicModel,
+    cjson_cpath,
+    front_door_json,
+    init_lua,
+    lua_call,
+    module_paths,
+    public_models,
+    work_cap,
+)
 from hotpath.gateway.tenants import Tenant
 from hotpath.nginx.access_log import GRPC_HEADER_FIELD, TENANT_FIELD
 from hotpath.nginx.access_log import LOG_FIELDS as NGINX_LOG_FIELDS
@@ -54,12 +70,14 @@ LOG_FIELDS = (*NGINX_LOG_FIELDS[:-1], TENANT_FIELD, GRPC_HEADER_FIELD, NGINX_LOG
 GRPC_SERVICE = "/inference.GRPCInferenceService/"
 GRPC_INFER = GRPC_SERVICE + "ModelInfer"
 GRPC_STREAM = GRPC_SERVICE + "ModelStreamInfer"
-GRPC_OPEN = ("ServerLive", "ServerReady", "ModelReady", "ServerMetadata", "ModelMetadata", "ModelConfig")
+GRPC_OPEN = ("ServerLive", "ServerReady", "ServerMetadata")
 GRPC_HEALTH = "/grpc.health.v1.Health/Check"
-MODEL = r"^/v2/models/(?!stats$)[^/]+(/versions/[^/]+)?"   # "stats" is the statistics API, not a model
+GRPC_NAMED = ("ModelReady", "ModelMetadata", "ModelConfig")   # their request's field 1 names the model
+MODEL = r"^/v2/models/(?!stats$)([^/]+)(?:/versions/[^/]+)?"   # "stats" is the statistics API, not a model
 HTTP_INFER = MODEL + "/infer$"
-HTTP_STREAM = MODEL + "/generate(_stream)?$"
-HTTP_OPEN = (r"^/v2(/health/(live|ready))?$", MODEL + "(/ready|/config)?$")
+HTTP_STREAM = MODEL + "/generate(?:_stream)?$"
+HTTP_SERVER = r"^/v2(/health/(live|ready))?$"
+HTTP_MODEL = MODEL + "(?:/ready|/config)?$"
 TOKEN_MAP = "tenants.map"   # next to nginx.conf, mode 0600: the only file that holds tokens
 
 
@@ -74,6 +92,8 @@ class TenantGatewaySettings:
     max_body_bytes: int = 9 << 20        # hotpath.gateway.limits.max_body_bytes
     max_streams: int = 16                # open streams per replica (hotpath.gateway.limits.stream_cap)
     fail_timeout_s: int = FAIL_TIMEOUT_S   # a failed replica is skipped this long before it is tried again
+    models: tuple[PublicModel, ...] = field(default_factory=public_models, repr=False)   # what tenants may call
+    max_work: int = 0                    # items in flight per replica; 0: front_door.work_cap(models)
 
     log_fields = LOG_FIELDS
     unreachable_message = UNREACHABLE
@@ -83,7 +103,9 @@ class TenantGatewaySettings:
         return [self.grpc_port, self.http_port]
 
     def private_files(self) -> dict[str, str]:
-        return {TOKEN_MAP: render(token_map(self.tenants))}
+        return {TOKEN_MAP: render(token_map(self.tenants)),
+                CONFIG_FILE: front_door_json(self.models, {t.name: t.weight for t in self.tenants}, self.in_flight_cap,
+                                             self.work_cap, OVERLOADED.format(cap=self.in_flight_cap), TENANT_FIELD)}
 
     def directives(self, workdir: Path) -> list[dict]:
         return config(self, workdir)
@@ -91,6 +113,10 @@ class TenantGatewaySettings:
     @property
     def in_flight_cap(self) -> int:
         return self.max_in_flight * len(self.grpc_upstreams)
+
+    @property
+    def work_cap(self) -> int:
+        return (self.max_work or work_cap(self.models)) * len(self.grpc_upstreams)
 
     @property
     def streams_cap(self) -> int:
@@ -148,7 +174,6 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
         rate_maps += [d("map", TENANT, f"$hotpath_rate_{i}", block=[d("default", ""), *[d(n, n) for n in names]]),
                       d("limit_req_zone", f"$hotpath_rate_{i}", f"zone=rate_{i}:1m", f"rate={rate}r/s")]
         zones.append(d("limit_req", f"zone=rate_{i}", f"burst={burst}", "nodelay"))
-    admit = [d("limit_conn", "in_flight", s.in_flight_cap)]
     streams = [d("limit_conn", "streams", s.streams_cap), *_error_pages("@streams_full")]
     # Each refusal's named location: (name, gRPC status, HTTP status, message), for both servers.
     refusals = [("@unauthenticated", 16, 401, UNAUTHENTICATED),
@@ -167,9 +192,12 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
         d("map", "$http_authorization", TENANT, block=[d("default", ""), d("include", workdir / TOKEN_MAP)]),
         *rate_maps,
         d("limit_req_status", 429),
-        # One fixed key per zone: every call of its kind counts against one cap.
-        d("limit_conn_zone", "upstream", "zone=in_flight:1m"),
+        # One fixed key: every stream counts against one cap.
         d("limit_conn_zone", "upstream", "zone=streams:1m"),
+        d("lua_package_cpath", cjson_cpath()),
+        d("lua_shared_dict", SHARED_DICT, "1m"),
+        d("init_by_lua", init_lua(workdir)),
+        d("log_by_lua", lua_call("release")),
         d("limit_conn_status", 503),
         # Refusals are expected under load and are in the access log; the error log keeps real errors.
         d("limit_req_log_level", "info"),
@@ -182,8 +210,10 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
             d("listen", f"127.0.0.1:{s.grpc_port}", "http2"),
             connect_timeout("grpc"),
             *_checks(s, zones, "grpc"),
-            d("location", "=", GRPC_INFER, block=[*admit, grpc_pass, *grpc_retry]),
+            d("location", "=", GRPC_INFER, block=[d("access_by_lua", lua_call("grpc_infer")), grpc_pass, *grpc_retry]),
             d("location", "=", GRPC_STREAM, block=[*streams, grpc_pass]),
+            d("location", "~", f"^{re.escape(GRPC_SERVICE)}({'|'.join(GRPC_NAMED)})$",
+              block=[d("access_by_lua", lua_call("grpc_model")), grpc_pass, *grpc_retry]),
             d("location", "~", f"^{re.escape(GRPC_SERVICE)}({'|'.join(GRPC_OPEN)})$", block=[grpc_pass, *grpc_retry]),
             d("location", "=", GRPC_HEALTH, block=[grpc_pass, *grpc_retry]),
             d("location", "/", block=[d("return", 403)]),
@@ -195,12 +225,16 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
             d("proxy_set_header", "Connection", ""),   # keep upstream connections alive
             connect_timeout("proxy"),
             *_checks(s, zones, "proxy"),
-            d("location", "~", HTTP_INFER, block=[*admit, proxy_pass, *http_retry]),
+            d("location", "~", HTTP_INFER, block=[d("access_by_lua", lua_call("http_infer", "ngx.var[1]")),
+                                                  proxy_pass, *http_retry]),
             # generate_stream is server-sent events: each token goes on as it comes.
-            d("location", "~", HTTP_STREAM, block=[*streams, d("proxy_buffering", "off"), proxy_pass]),
-            *[d("location", "~", pattern, block=[proxy_pass, *http_retry]) for pattern in HTTP_OPEN],
+            d("location", "~", HTTP_STREAM, block=[*streams, d("access_by_lua", lua_call("http_generate", "ngx.var[1]")),
+                                                   d("proxy_buffering", "off"), proxy_pass]),
+            d("location", "~", HTTP_SERVER, block=[proxy_pass, *http_retry]),
+            d("location", "~", HTTP_MODEL, block=[d("access_by_lua", lua_call("http_model", "ngx.var[1]")),
+                                                  proxy_pass, *http_retry]),
             d("location", "/", block=[d("return", 403)]),
             *[_http_error(name, http_status, message, *HTTP_EXTRA.get(name, ()))
               for name, _, http_status, message in refusals],
         ]),
-    ], LOG_FIELDS)
+    ], LOG_FIELDS, modules=tuple(module_paths()))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import grp
+import os
+import pwd
 from pathlib import Path
 
 import crossplane
@@ -9,6 +12,20 @@ import crossplane
 from hotpath.nginx.access_log import LOG_FIELDS, log_format
 
 TEMP_KINDS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")   # NGINX's temp dirs, kept in the scratch dir
+WORKER_USER = "nobody"   # workers' user when the master runs as root (NGINX's own default, said explicitly)
+
+
+def worker_ids() -> tuple[int, int] | None:
+    """(uid, gid) the workers run as when the master is root; None when they run as the caller."""
+    if os.geteuid() != 0:
+        return None
+    entry = pwd.getpwnam(WORKER_USER)
+    return entry.pw_uid, entry.pw_gid
+
+
+def _user_directive() -> list[dict]:
+    ids = worker_ids()
+    return [] if ids is None else [d("user", WORKER_USER, grp.getgrgid(ids[1]).gr_name)]
 
 
 def d(directive: str, *args, block: list | None = None) -> dict:
@@ -23,10 +40,14 @@ def render(directives: list[dict]) -> str:
     return crossplane.build(directives) + "\n"
 
 
-def main_context(workdir: Path, http: list[dict], fields: tuple[str, ...] = LOG_FIELDS) -> list[dict]:
-    """nginx.conf around an `http` block's own directives: one worker, files in `workdir`, an access log."""
+def main_context(workdir: Path, http: list[dict], fields: tuple[str, ...] = LOG_FIELDS,
+                 modules: tuple[str, ...] = ()) -> list[dict]:
+    """nginx.conf around an `http` block's own directives: one worker, files in `workdir`, an access log,
+    the dynamic `modules` (paths) loaded first."""
     temp = [d(f"{kind}_temp_path", workdir / "tmp" / kind) for kind in TEMP_KINDS]
     return [
+        *[d("load_module", path) for path in modules],
+        *_user_directive(),
         d("daemon", "off"),
         d("worker_processes", 1),
         d("pid", workdir / "nginx.pid"),

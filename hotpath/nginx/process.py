@@ -16,7 +16,7 @@ import psutil
 
 from hotpath.errors import HotpathError
 from hotpath.nginx.access_log import LogEntry, parse_access_log
-from hotpath.nginx.directives import TEMP_KINDS, render
+from hotpath.nginx.directives import TEMP_KINDS, render, worker_ids
 from hotpath.server.ports import port_is_free
 from hotpath.shutdown import stop_process
 
@@ -79,8 +79,7 @@ class LocalNginx:
 
     def write_config(self) -> str:
         """Write the private files and nginx.conf, check them with `nginx -t`; the config's text."""
-        for kind in TEMP_KINDS:
-            (self.dir / "tmp" / kind).mkdir(parents=True, exist_ok=True)
+        self._make_temp_dirs()
         for name, text in self.settings.private_files().items():
             fd = os.open(self.dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
@@ -91,6 +90,20 @@ class LocalNginx:
         if check.returncode != 0:
             raise HotpathError(f"nginx rejected its config:\n{check.stderr}\n{text}")
         return text
+
+    def _make_temp_dirs(self) -> None:
+        """NGINX's temp dirs (bodies over client_body_buffer_size are written there), owned by the workers'
+        user with explicit modes: under `umask 077` as root, dirs made with the umask were the master's
+        alone, and every body that spilled to disk got 500."""
+        ids = worker_ids()
+        (self.dir / "tmp").mkdir(exist_ok=True)
+        (self.dir / "tmp").chmod(0o755)
+        for kind in TEMP_KINDS:
+            path = self.dir / "tmp" / kind
+            path.mkdir(exist_ok=True)
+            path.chmod(0o700)
+            if ids is not None:
+                os.chown(path, *ids)
 
     def _cmd(self, *extra: str) -> list[str]:
         exe = shutil.which("nginx") or "/usr/sbin/nginx"

@@ -31,7 +31,9 @@ from hotpath.errors import HotpathError
 from hotpath.gateway.__main__ import main as gateway_main
 from hotpath.gateway.config import (
     ADMIN_ONLY,
+    GRPC_INFER,
     GRPC_STREAM,
+    HTTP_INFER,
     HTTP_STREAM,
     LOG_FIELDS,
     TOKEN_MAP,
@@ -40,13 +42,14 @@ from hotpath.gateway.config import (
     TenantGatewaySettings,
     config,
     rate_classes,
-    token_map,
 )
+from hotpath.gateway.front_door import CONFIG_FILE, PublicModel
 from hotpath.gateway.limits import BODY_OVERHEAD_BYTES, admission_cap, little_cap, max_body_bytes, stream_cap
 from hotpath.gateway.tenants import Tenant, load_tenants, new_token, parse_tenants
 from hotpath.nginx.access_log import parse_access_log
 from hotpath.nginx.directives import TEMP_KINDS, render
 from hotpath.nginx.process import LocalNginx
+from hotpath.repository import Repository
 from hotpath.server.ports import free_ports
 from hotpath.shutdown import stop_process
 
@@ -156,7 +159,8 @@ def test_rate_classes_group_tenants_by_limit():
 def _written(tmp_path, settings):
     for kind in TEMP_KINDS:
         (tmp_path / "tmp" / kind).mkdir(parents=True)
-    (tmp_path / TOKEN_MAP).write_text(render(token_map(settings.tenants)))
+    for name, text in settings.private_files().items():
+        (tmp_path / name).write_text(text)
     path = tmp_path / "nginx.conf"
     path.write_text(render(config(settings, tmp_path)))
     return path
@@ -197,14 +201,22 @@ def test_config_parses_back_and_nginx_accepts_it(tmp_path, replicas):
         assert check_token["args"] == ["$hotpath_tenant", "=", ""] and check_token["block"][0]["args"] == ["401"]
         assert any(d["directive"].endswith("_set_header") and d["args"] == ["Authorization", ""]
                    for d in server["block"]), "the token is not passed to Triton"
-        # limit_conn where inference calls and streams go, each on its own zone, capped per replica.
+        # limit_conn where streams go, capped per replica; inference calls are admitted by front_door.lua.
         limited = {loc["args"][-1]: next(_find(loc["block"], "limit_conn"))["args"]
                    for loc in _find(server["block"], "location") if any(_find(loc["block"], "limit_conn"))}
-        assert sorted(limited.values()) == [["in_flight", str(8 * replicas)], ["streams", str(4 * replicas)]]
-        assert {uri for uri, (zone, _) in limited.items() if zone == "streams"} <= {GRPC_STREAM, HTTP_STREAM}
+        assert sorted(limited.values()) == [["streams", str(4 * replicas)]]
+        assert set(limited) <= {GRPC_STREAM, HTTP_STREAM}
+        checked = {loc["args"][-1]: next(_find(loc["block"], "access_by_lua"))["args"][0]
+                   for loc in _find(server["block"], "location") if any(_find(loc["block"], "access_by_lua"))}
+        infer = GRPC_INFER if server is grpc else HTTP_INFER
+        assert "grpc_infer()" in checked[infer] or "http_infer(ngx.var[1])" in checked[infer]
         # Everything not allow-listed is refused in the catch-all location.
         (catch_all,) = [loc for loc in _find(server["block"], "location") if loc["args"] == ["/"]]
         assert catch_all["block"] == [{"directive": "return", "args": ["403"], "line": catch_all["block"][0]["line"]}]
+    door = json.loads((tmp_path / CONFIG_FILE).read_text())
+    assert door["max_calls"] == 8 * replicas and door["weights"] == {"alpha": 1, "beta": 1, "gamma": 1}
+    assert set(door["models"]) == {e.name for e in Repository().endpoints()}, "only the public endpoints"
+    assert "tokenizer" not in door["models"] and "text_encoder" not in door["models"]
     assert [d["args"] for d in _find(top, "client_max_body_size")] == [[str(5 << 20)]]
     answers = {}
     for loc in _find(grpc["block"], "location"):
@@ -273,8 +285,7 @@ GRPC_ADMIN = [*(f"/inference.GRPCInferenceService/{m}" for m in (
     "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister", "CudaSharedMemoryStatus", "CudaSharedMemoryRegister",
     "CudaSharedMemoryUnregister", "TraceSetting", "LogSettings", "ModelStatistics")), "/other.Service/Call"]
 HTTP_ALLOWED = [("GET", p) for p in ("/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/m", "/v2/models/m/ready",
-                                     "/v2/models/m/versions/1", "/v2/models/m/versions/1/ready", "/v2/models/m/config",
-                                     "/v2/models/stats/ready")] + \
+                                     "/v2/models/m/versions/1", "/v2/models/m/versions/1/ready", "/v2/models/m/config")] + \
     [("POST", f"/v2/models/m{v}/{call}") for v in ("", "/versions/2") for call in ("infer", "generate", "generate_stream")]
 HTTP_ADMIN = [("POST", p) for p in ("/v2/repository/index", "/v2/repository/models/m/load",
                                     "/v2/repository/models/m/unload", "/v2/systemsharedmemory/region/r/register",
@@ -285,42 +296,87 @@ HTTP_ADMIN = [("POST", p) for p in ("/v2/repository/index", "/v2/repository/mode
                           "/v2/models/m/infer/../../stats", "/v2/models/%73tats", "/metrics", "/v2/health/other")]
 
 
-def test_tenants_reach_only_the_allow_listed_apis(tmp_path):
-    """NGINX's own location matching, no server behind it: a call passed on meets no upstream (gRPC
-    UNAVAILABLE / HTTP 502), a refused one is answered PERMISSION_DENIED / 403 and never passed on."""
+# One public endpoint "m"; "step" stands for an ensemble's internal step, which is not public.
+PUBLIC = (PublicModel("m", {"TEXT": ("BYTES", False), "K": ("INT32", True)}, ("OUT",), 8, True),)
+NOT_PUBLIC = ("step", "stats", "", "m/../step", "M")
+
+
+def _named(name: str) -> bytes:
+    """A gRPC-framed request message whose field 1 is `name` (ModelInfer, ModelReady, ModelConfig, ...)."""
+    message = b"\x0a" + bytes([len(name.encode())]) + name.encode()
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+def _http_body(path: str, model: str = "m") -> bytes:
+    if path.endswith("/infer"):
+        return json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "data": ["x"]}]}).encode()
+    return json.dumps({"TEXT": "x"}).encode()
+
+
+@pytest.fixture
+def bare_gateway():
+    """The gateway with no server behind it: a call passed on meets no upstream (gRPC UNAVAILABLE / HTTP 502)."""
     grpc_port, http_port, dead_grpc, dead_http = free_ports(4)
     settings = TenantGatewaySettings(grpc_port, http_port, (f"127.0.0.1:{dead_grpc}",), (f"127.0.0.1:{dead_http}",),
-                                     TENANTS)
-    metadata = [("authorization", f"Bearer {TOKENS[0]}")]
+                                     TENANTS, models=PUBLIC)
     with LocalNginx(settings) as gateway, grpc.insecure_channel(gateway.grpc_url) as channel:
-        def grpc_answer(path):
+        def grpc_answer(path, model="m"):
             call = channel.stream_stream(path) if path.endswith("StreamInfer") else channel.unary_unary(path)
             with pytest.raises(grpc.RpcError) as err:
-                response = call(iter([b""]) if path.endswith("StreamInfer") else b"", metadata=metadata, timeout=10)
+                # a raw channel frames what it sends itself: pass the message without the 5-byte prefix
+                body = _named(model)[5:]
+                response = call(iter([body]) if path.endswith("StreamInfer") else body,
+                                metadata=[("authorization", f"Bearer {TOKENS[0]}")], timeout=10)
                 list(response) if path.endswith("StreamInfer") else None
             return err.value.code(), err.value.details()
 
-        for path in GRPC_ALLOWED:
-            assert grpc_answer(path) == (grpc.StatusCode.UNAVAILABLE, UNREACHABLE), path
-        for path in GRPC_ADMIN:
-            assert grpc_answer(path) == (grpc.StatusCode.PERMISSION_DENIED, ADMIN_ONLY), path
-
-        def http_answer(method, path):
-            request = urllib.request.Request(f"http://{gateway.http_url}{path}", method=method,
-                                             data=b"{}" if method == "POST" else None,
+        def http_answer(method, path, body=None):
+            data = (body if body is not None else _http_body(path)) if method == "POST" else None
+            request = urllib.request.Request(f"http://{gateway.http_url}{path}", method=method, data=data,
                                              headers={"Authorization": f"Bearer {TOKENS[0]}"})
             with pytest.raises(urllib.error.HTTPError) as err:
                 urllib.request.urlopen(request, timeout=10)
             return err.value.code, json.loads(err.value.read())["error"]
 
+        yield gateway, grpc_answer, http_answer
+
+
+def test_tenants_reach_only_the_allow_listed_apis(bare_gateway):
+    """NGINX's own location matching: a refused call is answered PERMISSION_DENIED / 403 and never passed on."""
+    gateway, grpc_answer, http_answer = bare_gateway
+    for path in GRPC_ALLOWED:
+        assert grpc_answer(path) == (grpc.StatusCode.UNAVAILABLE, UNREACHABLE), path
+    for path in GRPC_ADMIN:
+        assert grpc_answer(path) == (grpc.StatusCode.PERMISSION_DENIED, ADMIN_ONLY), path
+    for method, path in HTTP_ALLOWED:
+        assert http_answer(method, path) == (502, UNREACHABLE), (method, path)
+    for method, path in HTTP_ADMIN:
+        assert http_answer(method, path) == (403, ADMIN_ONLY), (method, path)
+    # NGINX logs a call after answering it: wait for every line.
+    logged = gateway.log(count=len(GRPC_ALLOWED) + len(GRPC_ADMIN) + len(HTTP_ALLOWED) + len(HTTP_ADMIN))
+    refused = [e for e in logged if e.status in (403, 204) and e.grpc_status in ("7", "")]
+    assert len(refused) == len(GRPC_ADMIN) + len(HTTP_ADMIN) and not [e for e in refused if e.upstream], refused
+
+
+def test_only_public_endpoints_are_reachable(bare_gateway):
+    """Internal step models and unknown names are NOT_FOUND / 404 at the gateway, never passed on."""
+    gateway, grpc_answer, http_answer = bare_gateway
+    named = [p for p in GRPC_ALLOWED if p.rsplit("/", 1)[1] in ("ModelInfer", "ModelReady", "ModelMetadata",
+                                                                 "ModelConfig")]
+    for model in NOT_PUBLIC:
+        for path in named:
+            code, message = grpc_answer(path, model)
+            assert code == grpc.StatusCode.NOT_FOUND and "public endpoints: m" in message, (path, model)
+    for model in ("step", "stats", "M", "%73tep"):
         for method, path in HTTP_ALLOWED:
-            assert http_answer(method, path) == (502, UNREACHABLE), (method, path)
-        for method, path in HTTP_ADMIN:
-            assert http_answer(method, path) == (403, ADMIN_ONLY), (method, path)
-        # NGINX logs a call after answering it: wait for every line.
-        logged = gateway.log(count=len(GRPC_ALLOWED) + len(GRPC_ADMIN) + len(HTTP_ALLOWED) + len(HTTP_ADMIN))
-        refused = [e for e in logged if e.status in (403, 204) and e.grpc_status in ("7", "")]
-        assert len(refused) == len(GRPC_ADMIN) + len(HTTP_ADMIN) and not [e for e in refused if e.upstream], refused
+            if "/models/m" in path:
+                path = path.replace("/models/m", f"/models/{model}")
+                status, message = http_answer(method, path)
+                # /v2/models/stats is the statistics API: refused as an admin API
+                assert (status, message) == (403, ADMIN_ONLY) if path == "/v2/models/stats" else \
+                    (status == 404 and "public endpoints: m" in message), (path, status, message)
+    logged = gateway.log()
+    assert not [e for e in logged if e.upstream and e.status in (404, 204) and e.grpc_status in ("5", "")]
 
 def test_access_log_lines():
     log = ("1796020000.1|204|-|-|-|0.000||16|/inference.GRPCInferenceService/ModelInfer\n"
@@ -421,3 +477,80 @@ def test_sighup_reads_the_tenants_file_again_and_a_broken_file_keeps_the_tenants
     finally:
         stop_process(process, signal.SIGTERM, 10)
     assert process.returncode == 0
+
+
+def _infer(*inputs, **extra) -> bytes:
+    return json.dumps({"inputs": list(inputs), **extra}).encode()
+
+
+def _text(data=("x",), shape=(1, 1), **fields):
+    return {"name": "TEXT", "datatype": "BYTES", "shape": list(shape), "data": list(data), **fields}
+
+
+# Bodies Triton 2.51's HTTP frontend crashes on, answers 500 for, or narrows silently: each is a 400 naming
+# the rule at the gateway, and never reaches an upstream.
+BAD_HTTP_BODIES = {
+    "nested 100,000 deep": (b"[" * 100_000 + b"]" * 100_000, "nesting"),
+    "nested objects": (b'{"a":' * 50_000 + b"1" + b"}" * 50_000, "nesting"),
+    "deep inside inputs": (_infer(_text(data=[[[[[[[[[["x"]]]]]]]]]] * 1)).replace(b'"x"', b"[" * 40 + b'"x"' + b"]" * 40),
+                           "nesting"),
+    "empty": (b"", "empty"),
+    "open brace": (b"{", "does not parse"),
+    "not an object": (b"[1, 2]", "JSON object"),
+    "no inputs": (b"{}", "'inputs'"),
+    "inputs not a list": (_infer().replace(b"[]", b'"TEXT"'), "'inputs'"),
+    "number for BYTES": (_infer(_text(data=[5])), "BYTES data must be strings"),
+    "float for INT32": (_infer(_text(), {"name": "K", "datatype": "INT32", "shape": [1, 1], "data": [1.5]}),
+                        "INT32 data must be integers"),
+    "INT32 past 2^32": (_infer(_text(), {"name": "K", "datatype": "INT32", "shape": [1, 1], "data": [2**32 + 5]}),
+                        "within"),
+    "INT32 past 2^31": (_infer(_text(), {"name": "K", "datatype": "INT32", "shape": [1, 1], "data": [2**31]}),
+                        "within"),
+    "wrong datatype": (_infer(_text(), {"name": "K", "datatype": "INT64", "shape": [1, 1], "data": [1]}),
+                       "datatype must be INT32"),
+    "unknown input": (_infer(_text(), {"name": "X", "datatype": "BYTES", "shape": [1], "data": ["y"]}),
+                      "no such input"),
+    "required missing": (_infer({"name": "K", "datatype": "INT32", "shape": [1, 1], "data": [1]}),
+                         "required input 'TEXT'"),
+    "twice": (_infer(_text(), _text()), "given twice"),
+    "count vs shape": (_infer(_text(data=["a", "b"])), "data holds 2 elements"),
+    "negative dim": (_infer(_text(shape=(-1, 1))), "shape"),
+    "huge dim": (_infer(_text(shape=(2**40, 1))), "shape"),
+    "no data": (_infer({"name": "TEXT", "datatype": "BYTES", "shape": [1, 1]}), "no data"),
+    "negative binary_data_size": (_infer({"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
+                                          "parameters": {"binary_data_size": -4}}), "binary_data_size"),
+    "binary past the body": (_infer({"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
+                                     "parameters": {"binary_data_size": 99}}), "binary_data_size"),
+    "unknown output": (_infer(_text(), outputs=[{"name": "NOPE"}]), "names no output"),
+    "id not a string": (_infer(_text(), id=5), "'id'"),
+    "NaN": (_infer(_text()).replace(b'"x"', b'"x"], "parameters": {"p": NaN}, "z": [1'), "does not parse"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_HTTP_BODIES))
+def test_malformed_http_bodies_are_400_at_the_gateway(bare_gateway, case):
+    gateway, _, http_answer = bare_gateway
+    body, fragment = BAD_HTTP_BODIES[case]
+    status, message = http_answer("POST", "/v2/models/m/infer", body)
+    assert status == 400 and fragment in message, (status, message)
+    assert not [e for e in gateway.log(count=1) if e.upstream], "a refused body reached an upstream"
+
+
+def test_inference_header_length_is_checked_and_a_valid_binary_body_passes(bare_gateway):
+    gateway, _, http_answer = bare_gateway
+    header = json.dumps({"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1],
+                                     "parameters": {"binary_data_size": 5}}]}).encode()
+    body = header + b"\x01\x00\x00\x00x"
+    url = f"http://{gateway.http_url}/v2/models/m/infer"
+    for declared, expected in (("abc", 400), ("-1", 400), (str(len(body) + 1), 400), ("0", 400),
+                               (str(len(header) + 1), 400), (str(len(header)), 502)):
+        request = urllib.request.Request(url, data=body, method="POST", headers={
+            "Authorization": f"Bearer {TOKENS[0]}", "Inference-Header-Content-Length": declared})
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(request, timeout=10)
+        assert err.value.code == expected, (declared, err.value.read())
+    # a valid JSON body and a valid generate body pass on (no upstream: 502)
+    assert http_answer("POST", "/v2/models/m/infer")[0] == 502
+    assert http_answer("POST", "/v2/models/m/generate", b'{"TEXT": "hi", "parameters": {"x": 1}}')[0] == 502
+    assert http_answer("POST", "/v2/models/m/generate", b'{"TEXT": ' + b"[" * 50_000 + b"]" * 50_000 + b"}")[0] == 400
+    assert http_answer("POST", "/v2/models/m/generate", b'{"K": 2}')[0] == 400   # required TEXT missing

@@ -1,0 +1,463 @@
+-- The tenant gateway's checks in NGINX's access phase (hotpath.gateway.config writes the nginx.conf that
+-- loads this file in the master process, so workers never read it from disk).
+--
+-- Before any Triton parser sees a request: the model is a public endpoint (internal ensemble steps are
+-- unreachable), an HTTP JSON body is bounded in nesting depth (Triton 2.51's JSON parser segfaults near
+-- 100,000 levels: ../shared/RUNTIME_NOTES.md) and shaped as the KServe v2 protocol and the model's config
+-- say (Triton's HTTP frontend answers some malformed bodies with 500, or narrows integers silently), and
+-- the call fits its tenant's fair share of the replicas' in-flight calls and work (items in the batch).
+-- A refusal names the field and the rule, in the caller's protocol: gRPC trailers-only, HTTP JSON.
+
+local cjson = require "cjson.safe"
+local bit = require "bit"
+
+local M = {}
+local cfg            -- hotpath.gateway.config's front_door.json: models, depth, tenants' weights, caps
+local json           -- a cjson instance with the depth bound
+local counters       -- ngx.shared dict: in-flight calls and work per tenant and in total
+
+local GRPC_STATUS = { INVALID_ARGUMENT = 3, NOT_FOUND = 5, PERMISSION_DENIED = 7, UNAVAILABLE = 14 }
+local HTTP_STATUS = { INVALID_ARGUMENT = 400, NOT_FOUND = 404, PERMISSION_DENIED = 403, UNAVAILABLE = 503 }
+-- Largest magnitude of each integer type that a JSON number may carry unchanged (LuaJIT numbers are
+-- doubles: past 2^53 a value may already be rounded, so 64-bit inputs are held to that).
+local INT_RANGE = {
+  INT8 = { -128, 127 }, INT16 = { -32768, 32767 }, INT32 = { -2147483648, 2147483647 },
+  INT64 = { -9007199254740991, 9007199254740991 }, UINT8 = { 0, 255 }, UINT16 = { 0, 65535 },
+  UINT32 = { 0, 4294967295 }, UINT64 = { 0, 9007199254740991 },
+}
+local FLOAT_TYPES = { FP16 = true, FP32 = true, FP64 = true, BF16 = true }
+local MAX_DIM = 2147483647
+
+function M.init(path)
+  local f = assert(io.open(path, "rb"))
+  local text = f:read("*a")
+  f:close()
+  cfg = assert(cjson.decode(text), "front_door.json is not JSON")
+  json = cjson.new()
+  json.decode_max_depth(cfg.max_json_depth)
+  json.decode_invalid_numbers(false)   -- NaN / Infinity are not JSON
+  counters = ngx.shared[cfg.shared_dict]
+end
+
+-- Refusals -----------------------------------------------------------------------------------------
+
+local function grpc_message(message)
+  -- gRPC's grpc-message is percent-encoded outside printable ASCII (and '%' itself).
+  return (message:gsub("[^%w %-%._~:;,/'()=<>%[%]{}@!?*+]", function(c)
+    return string.format("%%%02X", string.byte(c))
+  end))
+end
+
+local function refuse(protocol, code, message, retry_after)
+  if protocol == "grpc" then
+    ngx.header["content-type"] = "application/grpc"
+    ngx.header["grpc-status"] = GRPC_STATUS[code]
+    ngx.header["grpc-message"] = grpc_message(message)
+    return ngx.exit(204)   -- a trailers-only response: the client reads the status from the headers
+  end
+  ngx.status = HTTP_STATUS[code]
+  ngx.header["content-type"] = "application/json"
+  if retry_after then
+    ngx.header["retry-after"] = retry_after
+  end
+  ngx.print(cjson.encode({ error = message }))
+  return ngx.exit(ngx.status)
+end
+M.refuse = refuse
+
+local function public_model(protocol, name)
+  local model = cfg.models[name]
+  if not model then
+    return nil, refuse(protocol, "NOT_FOUND",
+      "gateway: unknown model '" .. tostring(name):sub(1, 128) .. "'; public endpoints: " .. cfg.public_list)
+  end
+  return model
+end
+
+-- The request body, from memory or from the temp file NGINX spilled it to.
+local function body()
+  ngx.req.read_body()
+  local data = ngx.req.get_body_data()
+  if data then
+    return data
+  end
+  local file = ngx.req.get_body_file()
+  if not file then
+    return ""
+  end
+  local f = io.open(file, "rb")
+  if not f then
+    return nil
+  end
+  data = f:read("*a")
+  f:close()
+  return data
+end
+
+-- Fair shares ----------------------------------------------------------------------------------------
+-- Each tenant's share of the in-flight calls and work is its weight over the weights of the tenants
+-- active now (a call in flight or admitted within the last second). A call is admitted when the total
+-- is under the caps and either the tenant is within its share, or the capacity that other active tenants
+-- have not used up to their shares (reserved for them) still leaves room. A tenant with nothing in flight
+-- always gets one call while any slot is free, so a batch larger than its share still makes progress.
+
+local function get(key)
+  return counters:get(key) or 0
+end
+
+local function shares(tenant)
+  local total_weight, active = 0, {}
+  for name, weight in pairs(cfg.weights) do
+    if name == tenant or get("calls:" .. name) > 0 or counters:get("seen:" .. name) then
+      total_weight = total_weight + weight
+      active[#active + 1] = name
+    end
+  end
+  local out = {}
+  for _, name in ipairs(active) do
+    local part = cfg.weights[name] / total_weight
+    out[name] = { calls = math.max(1, math.floor(cfg.max_calls * part)),
+                  work = math.max(1, math.floor(cfg.max_work * part)) }
+  end
+  return out
+end
+
+local function admit(protocol, tenant, work)
+  counters:set("seen:" .. tenant, true, 1)
+  local calls, total_work = get("calls"), get("work")
+  if calls >= cfg.max_calls then
+    return refuse(protocol, "UNAVAILABLE", cfg.overloaded, "1")
+  end
+  local mine_calls, mine_work = get("calls:" .. tenant), get("work:" .. tenant)
+  local share = shares(tenant)
+  local fair = share[tenant]
+  local ok = mine_calls == 0
+      or (mine_calls < fair.calls and mine_work + work <= fair.work)
+  if not ok then
+    local reserved_calls, reserved_work = 0, 0
+    for name, s in pairs(share) do
+      if name ~= tenant then
+        reserved_calls = reserved_calls + math.max(0, s.calls - get("calls:" .. name))
+        reserved_work = reserved_work + math.max(0, s.work - get("work:" .. name))
+      end
+    end
+    ok = calls + reserved_calls < cfg.max_calls and total_work + work + reserved_work <= cfg.max_work
+  end
+  if not ok then
+    return refuse(protocol, "UNAVAILABLE", string.format(
+      "gateway: tenant at its fair share of the server (%d calls, %d items in flight) while other tenants " ..
+      "are waiting; retry later", fair.calls, fair.work), "1")
+  end
+  counters:incr("calls", 1, 0)
+  counters:incr("work", work, 0)
+  counters:incr("calls:" .. tenant, 1, 0)
+  counters:incr("work:" .. tenant, work, 0)
+  ngx.ctx.hotpath_admitted = { tenant, work }
+end
+
+-- log phase: every request ends here, answered or not
+function M.release()
+  local admitted = ngx.ctx.hotpath_admitted
+  if admitted then
+    local tenant, work = admitted[1], admitted[2]
+    counters:incr("calls", -1, 0)
+    counters:incr("work", -work, 0)
+    counters:incr("calls:" .. tenant, -1, 0)
+    counters:incr("work:" .. tenant, -work, 0)
+  end
+end
+
+-- gRPC ModelInfer: a minimal protobuf reader ---------------------------------------------------------
+-- inference.ModelInferRequest: model_name = 1 (string), inputs = 5 (InferInputTensor: name = 1, shape = 3).
+
+local function varint(s, pos)
+  local result, mult = 0, 1
+  for i = pos, math.min(pos + 9, #s) do
+    local b = s:byte(i)
+    result = result + bit.band(b, 0x7f) * mult
+    if b < 0x80 then
+      return result, i + 1
+    end
+    mult = mult * 128
+  end
+  return nil
+end
+
+-- Calls on_field(number, wire_type, value_or_start, stop) for each field of s[first..last]; false on a
+-- malformed message.
+local function fields(s, first, last, on_field)
+  local pos = first
+  while pos <= last do
+    local key
+    key, pos = varint(s, pos)
+    if not key then return false end
+    local number, wire = math.floor(key / 8), key % 8
+    if wire == 0 then
+      local value
+      value, pos = varint(s, pos)
+      if not value then return false end
+      on_field(number, wire, value)
+    elseif wire == 2 then
+      local len
+      len, pos = varint(s, pos)
+      if not len or pos + len - 1 > last then return false end
+      on_field(number, wire, pos, pos + len - 1)
+      pos = pos + len
+    elseif wire == 1 then
+      pos = pos + 8
+    elseif wire == 5 then
+      pos = pos + 4
+    else
+      return false
+    end
+  end
+  return pos == last + 1
+end
+
+local function parse_infer_request(s, first, last)
+  local name, batch = nil, nil
+  local ok = fields(s, first, last, function(number, wire, a, b)
+    if number == 1 and wire == 2 then
+      name = s:sub(a, b)
+    elseif number == 5 and wire == 2 and batch == nil then
+      fields(s, a, b, function(n, w, x, y)
+        if n == 3 and batch == nil then
+          if w == 0 then
+            batch = x
+          elseif w == 2 then
+            batch = varint(s, x)
+          end
+        end
+      end)
+    end
+  end)
+  return ok, name, batch
+end
+
+function M.grpc_infer()
+  local data = body()
+  if not data or #data < 5 then
+    return refuse("grpc", "INVALID_ARGUMENT", "gateway: empty or truncated gRPC message")
+  end
+  if data:byte(1) ~= 0 then
+    return refuse("grpc", "INVALID_ARGUMENT", "gateway: compressed gRPC messages are not accepted")
+  end
+  local b2, b3, b4, b5 = data:byte(2, 5)
+  local length = ((b2 * 256 + b3) * 256 + b4) * 256 + b5
+  if length + 5 ~= #data then
+    return refuse("grpc", "INVALID_ARGUMENT", "gateway: one ModelInferRequest message per call")
+  end
+  local ok, name, batch = parse_infer_request(data, 6, #data)
+  if not ok then
+    return refuse("grpc", "INVALID_ARGUMENT", "gateway: malformed ModelInferRequest")
+  end
+  local model = public_model("grpc", name)
+  local work = 1
+  if model.batched and batch and batch >= 1 then
+    work = batch
+  end
+  return admit("grpc", ngx.var[cfg.tenant_variable], work)
+end
+
+-- ModelReady / ModelMetadata / ModelConfig: field 1 of the request names the model.
+function M.grpc_model()
+  local data = body()
+  if not data or #data < 5 or data:byte(1) ~= 0 then
+    return refuse("grpc", "INVALID_ARGUMENT", "gateway: empty, truncated or compressed gRPC message")
+  end
+  local ok, name = parse_infer_request(data, 6, #data)
+  if not ok then
+    return refuse("grpc", "INVALID_ARGUMENT", "gateway: malformed request message")
+  end
+  public_model("grpc", name)
+end
+
+function M.http_model(name)
+  public_model("http", name)
+end
+
+-- HTTP: KServe v2 JSON ---------------------------------------------------------------------------------
+
+-- cjson decodes [] and {} alike (an empty table): an empty one passes as either.
+local function is_array(v)
+  if type(v) ~= "table" then return false end
+  local n = 0
+  for _ in pairs(v) do n = n + 1 end
+  return n == #v
+end
+
+local function is_object(v)
+  return type(v) == "table" and v[1] == nil
+end
+
+local function is_count(v, limit)
+  return type(v) == "number" and v >= 0 and v <= limit and v == math.floor(v)
+end
+
+-- Checks every leaf of `data` (nested arrays) against `datatype`; returns the leaf count or nil, why.
+local function check_data(data, datatype)
+  local count = 0
+  local range, float = INT_RANGE[datatype], FLOAT_TYPES[datatype]
+  local function walk(v)
+    if type(v) == "table" then
+      if not is_array(v) then return "an object inside 'data'" end
+      for _, item in ipairs(v) do
+        local why = walk(item)
+        if why then return why end
+      end
+      return nil
+    end
+    count = count + 1
+    if datatype == "BYTES" then
+      if type(v) ~= "string" then return "BYTES data must be strings" end
+    elseif datatype == "BOOL" then
+      if type(v) ~= "boolean" then return "BOOL data must be true or false" end
+    elseif range then
+      if type(v) ~= "number" or v ~= math.floor(v) then return datatype .. " data must be integers" end
+      if v < range[1] or v > range[2] then
+        return string.format("%s data must be within [%.0f, %.0f]", datatype, range[1], range[2])
+      end
+    elseif float then
+      if type(v) ~= "number" then return datatype .. " data must be numbers" end
+    end
+    return nil
+  end
+  local why = walk(data)
+  if why then return nil, why end
+  return count
+end
+
+local function check_tensor(t, spec, where, binary_left)
+  if not is_object(t) then return nil, where .. " must be an object" end
+  if type(t.name) ~= "string" then return nil, where .. ".name must be a string" end
+  where = "input '" .. t.name:sub(1, 64) .. "'"
+  if not spec then return nil, where .. ": the model has no such input" end
+  if t.datatype ~= spec.datatype then
+    return nil, where .. ": datatype must be " .. spec.datatype .. ", not " .. tostring(t.datatype):sub(1, 16)
+  end
+  if not is_array(t.shape) or #t.shape == 0 or #t.shape > 8 then
+    return nil, where .. ": shape must be a list of 1 to 8 dimensions"
+  end
+  local elements = 1
+  for _, dim in ipairs(t.shape) do
+    if not is_count(dim, MAX_DIM) then return nil, where .. ": shape holds a dimension that is not 0..2^31-1" end
+    elements = elements * dim
+  end
+  local params = t.parameters
+  if params ~= nil and not is_object(params) then return nil, where .. ": parameters must be an object" end
+  local binary = params and params.binary_data_size
+  if binary ~= nil then
+    if not is_count(binary, binary_left) then
+      return nil, where .. ": binary_data_size must be an integer within the binary part of the body"
+    end
+    if t.data ~= nil then return nil, where .. ": give data or binary_data_size, not both" end
+    return binary
+  end
+  if t.data == nil then return nil, where .. ": no data and no binary_data_size" end
+  if not is_array(t.data) then return nil, where .. ": data must be a list" end
+  local count, why = check_data(t.data, t.datatype)
+  if not count then return nil, where .. ": " .. why end
+  if count ~= elements then
+    return nil, string.format("%s: data holds %d elements, shape says %.0f", where, count, elements)
+  end
+  return 0
+end
+
+-- A KServe v2 inference request's JSON against the model's inputs and outputs; nil, why on a fault.
+local function check_infer_json(doc, model, binary_bytes)
+  if not is_object(doc) then return nil, "the body must be a JSON object" end
+  if doc.id ~= nil and type(doc.id) ~= "string" then return nil, "'id' must be a string" end
+  if doc.parameters ~= nil and not is_object(doc.parameters) then return nil, "'parameters' must be an object" end
+  if not is_array(doc.inputs) or #doc.inputs == 0 then return nil, "'inputs' must be a non-empty list" end
+  local seen, batch, left = {}, nil, binary_bytes
+  for i, t in ipairs(doc.inputs) do
+    local used, why = check_tensor(t, is_object(t) and type(t.name) == "string" and model.inputs[t.name],
+      "inputs[" .. (i - 1) .. "]", left)
+    if not used then return nil, why end
+    if seen[t.name] then return nil, "input '" .. t.name .. "' given twice" end
+    seen[t.name] = true
+    left = left - used
+    batch = batch or t.shape[1]
+  end
+  if left ~= 0 then return nil, "binary_data_size of the inputs does not add up to the binary part of the body" end
+  for name, spec in pairs(model.inputs) do
+    if not spec.optional and not seen[name] then return nil, "required input '" .. name .. "' is missing" end
+  end
+  if doc.outputs ~= nil then
+    if not is_array(doc.outputs) then return nil, "'outputs' must be a list" end
+    for i, o in ipairs(doc.outputs) do
+      if not is_object(o) or type(o.name) ~= "string" or not model.outputs[o.name] then
+        return nil, "outputs[" .. (i - 1) .. "] names no output of the model"
+      end
+      if o.parameters ~= nil and not is_object(o.parameters) then
+        return nil, "outputs[" .. (i - 1) .. "].parameters must be an object"
+      end
+    end
+  end
+  return batch or 1
+end
+
+function M.http_infer(name)
+  local model = public_model("http", name)
+  local data = body()
+  if not data or #data == 0 then
+    return refuse("http", "INVALID_ARGUMENT", "gateway: empty request body")
+  end
+  local header_length = #data
+  local declared = ngx.var.http_inference_header_content_length
+  if declared then
+    if not declared:match("^%d+$") or tonumber(declared) > #data or tonumber(declared) == 0 then
+      return refuse("http", "INVALID_ARGUMENT",
+        "gateway: Inference-Header-Content-Length must be a number of bytes within the body")
+    end
+    header_length = tonumber(declared)
+  end
+  local doc, err = json.decode(header_length == #data and data or data:sub(1, header_length))
+  if doc == nil then
+    return refuse("http", "INVALID_ARGUMENT", "gateway: the JSON body does not parse (" ..
+      tostring(err):sub(1, 120) .. "; nesting is limited to " .. cfg.max_json_depth .. " levels)")
+  end
+  local batch, why = check_infer_json(doc, model, #data - header_length)
+  if not batch then
+    return refuse("http", "INVALID_ARGUMENT", "gateway: " .. why)
+  end
+  local work = 1
+  if model.batched and batch >= 1 then
+    work = batch
+  end
+  return admit("http", ngx.var[cfg.tenant_variable], work)
+end
+
+-- HTTP generate / generate_stream: a flat JSON object of input names (and 'parameters') to values.
+function M.http_generate(name)
+  local model = public_model("http", name)
+  if not model.decoupled then
+    return refuse("http", "INVALID_ARGUMENT", "gateway: '" .. name .. "' is not a generation endpoint")
+  end
+  local data = body()
+  local doc, err = json.decode(data or "")
+  if not is_object(doc) then
+    return refuse("http", "INVALID_ARGUMENT", "gateway: the body must be a JSON object (" ..
+      tostring(err or "not an object"):sub(1, 120) .. ")")
+  end
+  for key, value in pairs(doc) do
+    if key == "parameters" then
+      if not is_object(value) then return refuse("http", "INVALID_ARGUMENT", "gateway: 'parameters' must be an object") end
+    else
+      local spec = model.inputs[key]
+      if not spec then
+        return refuse("http", "INVALID_ARGUMENT", "gateway: input '" .. tostring(key):sub(1, 64) ..
+          "': the model has no such input")
+      end
+      local _, why = check_data(value, spec.datatype)
+      if why then return refuse("http", "INVALID_ARGUMENT", "gateway: input '" .. key .. "': " .. why) end
+    end
+  end
+  for key, spec in pairs(model.inputs) do
+    if not spec.optional and doc[key] == nil then
+      return refuse("http", "INVALID_ARGUMENT", "gateway: required input '" .. key .. "' is missing")
+    end
+  end
+end
+
+return M

@@ -1,0 +1,109 @@
+"""What the gateway's Lua checks (front_door.lua) know: the public endpoints' tensors, the caps, the tenants' weights.
+
+The public surface is read from the repository the replicas serve: the models a client calls (no
+ensemble's step), with each input's KServe datatype and whether it may be left out, and each output's
+name. Internal step models (tokenizer, text_encoder, ...) are not in it, so the gateway answers
+NOT_FOUND for them before Triton sees the call.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tritonclient.grpc import model_config_pb2 as mc
+
+from hotpath.errors import HotpathError
+from hotpath.repository import Repository
+
+LUA_SOURCE = Path(__file__).with_name("front_door.lua")
+LUA_MODULE = "hotpath_front_door"        # its name in package.loaded (set in the master by init_by_lua)
+SHARED_DICT = "hotpath_admission"         # in-flight calls and work per tenant, shared by the workers
+CONFIG_FILE = "front_door.json"           # beside nginx.conf
+# Triton 2.51's JSON parser segfaults on bodies nested ~100,000 deep (../shared/RUNTIME_NOTES.md); a
+# KServe request needs a handful of levels (body, inputs, tensor, nested data of rank <= 8).
+MAX_JSON_DEPTH = 32
+# Debian's packages: libnginx-mod-http-lua (and the NDK it needs) and lua-cjson, found at config time.
+NGINX_MODULES = ("ndk_http_module.so", "ngx_http_lua_module.so")
+NGINX_MODULE_DIRS = ("/usr/lib/nginx/modules", "/usr/share/nginx/modules")
+CJSON_GLOB = "/usr/lib/*/lua/5.1/cjson.so"
+
+
+@dataclass(frozen=True)
+class PublicModel:
+    name: str
+    inputs: dict[str, tuple[str, bool]]   # name -> (KServe datatype, optional)
+    outputs: tuple[str, ...]
+    max_batch_size: int                    # 0: not batched (the first dimension is not a batch)
+    decoupled: bool
+
+    def describe(self) -> dict:
+        return {"inputs": {n: {"datatype": t, "optional": o} for n, (t, o) in self.inputs.items()},
+                "outputs": {n: True for n in self.outputs}, "batched": self.max_batch_size > 0,
+                "decoupled": self.decoupled}
+
+
+def kserve_datatype(data_type: int) -> str:
+    """TYPE_STRING -> BYTES, TYPE_FP32 -> FP32, ...: the names of the KServe v2 protocol."""
+    name = mc.DataType.Name(data_type).removeprefix("TYPE_")
+    return "BYTES" if name == "STRING" else name
+
+
+def public_models(repository: Repository | None = None) -> tuple[PublicModel, ...]:
+    """The endpoints a client may call, from the repository's configs."""
+    repository = repository or Repository()
+    configs = repository.configs()
+    return tuple(PublicModel(e.name, {t.name: (kserve_datatype(t.data_type), t.optional) for t in configs[e.name].input},
+                             tuple(t.name for t in configs[e.name].output), configs[e.name].max_batch_size,
+                             configs[e.name].model_transaction_policy.decoupled)
+                 for e in repository.endpoints())
+
+
+def work_cap(models: tuple[PublicModel, ...]) -> int:
+    """Items in flight per replica: two of the largest batch any public endpoint takes, so one tenant
+    alone can have a full batch executing and the next one queued, and two tenants one each."""
+    return 2 * max([m.max_batch_size for m in models] + [1])
+
+
+def front_door_json(models: tuple[PublicModel, ...], weights: dict[str, int], max_calls: int, max_work: int,
+                    overloaded: str, tenant_variable: str) -> str:
+    return json.dumps({
+        "models": {m.name: m.describe() for m in models},
+        "public_list": ", ".join(m.name for m in models),
+        "weights": weights, "max_calls": max_calls, "max_work": max_work,
+        "max_json_depth": MAX_JSON_DEPTH, "shared_dict": SHARED_DICT,
+        "overloaded": overloaded, "tenant_variable": tenant_variable,
+    }, sort_keys=True)
+
+
+def module_paths() -> list[str]:
+    """The NGINX modules the checks need, as load_module arguments; a clear error when not installed."""
+    out = []
+    for name in NGINX_MODULES:
+        found = [f"{d}/{name}" for d in NGINX_MODULE_DIRS if Path(d, name).is_file()]
+        if not found:
+            raise HotpathError(f"NGINX module {name} not found in {NGINX_MODULE_DIRS}: scripts/setup.sh installs "
+                               "Debian's libnginx-mod-http-lua")
+        out.append(found[0])
+    return out
+
+
+def cjson_cpath() -> str:
+    found = sorted(glob.glob(CJSON_GLOB))
+    if not found:
+        raise HotpathError(f"lua-cjson not found ({CJSON_GLOB}): scripts/setup.sh installs Debian's lua-cjson")
+    return str(Path(found[0]).parent / "?.so") + ";;"
+
+
+def lua_call(function: str, *args: str) -> str:
+    """Lua source calling the checks' `function` (arguments are Lua expressions)."""
+    return f'require("{LUA_MODULE}").{function}({", ".join(args)})'
+
+
+def init_lua(workdir: Path) -> str:
+    """Runs in the master before the workers start: the module is loaded from the package as the master's
+    user reads it (workers run unprivileged, under any umask) and read its config."""
+    return (f'package.loaded["{LUA_MODULE}"] = dofile("{LUA_SOURCE}"); '
+            + lua_call("init", f'"{workdir / CONFIG_FILE}"'))
