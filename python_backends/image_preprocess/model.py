@@ -11,11 +11,13 @@ import triton_python_backend_utils as pb_utils
 
 from hotpath.runtime.backend_args import parameters
 from hotpath.runtime.images import ImageInputError, PreprocessOptions, preprocess
+from hotpath.runtime.lifetime import exit_with_server
 from hotpath.runtime.timing import ExecuteLog, timed
 
 
 class TritonPythonModel:
     def initialize(self, args):
+        exit_with_server()   # a crashed tritonserver leaves no orphan stub (hotpath.runtime.lifetime)
         self.execute_log = ExecuteLog.open(args)
         p = parameters(args)
         self.options = PreprocessOptions(

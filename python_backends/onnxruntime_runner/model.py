@@ -14,12 +14,14 @@ import triton_python_backend_utils as pb_utils
 
 from hotpath.runtime.backend_args import model_config, parameters, version_dir
 from hotpath.runtime.batching import run_batched
+from hotpath.runtime.lifetime import exit_with_server
 from hotpath.runtime.ort_session import make_session
 from hotpath.runtime.timing import ExecuteLog, timed
 
 
 class TritonPythonModel:
     def initialize(self, args):
+        exit_with_server()   # a crashed tritonserver leaves no orphan stub (hotpath.runtime.lifetime)
         self.execute_log = ExecuteLog.open(args)
         params = parameters(args)
         config = model_config(args)

@@ -17,6 +17,7 @@ from hotpath.retrieval.requests import Limits, parse_request
 from hotpath.retrieval.store import write_all
 from hotpath.runtime.backend_args import parameters, version_dir
 from hotpath.runtime.embedder import EXPORT_DIR, Embedder
+from hotpath.runtime.lifetime import exit_with_server
 from hotpath.runtime.timing import ExecuteLog, timed
 
 
@@ -31,6 +32,7 @@ def _bytes(rows):
 
 class TritonPythonModel:
     def initialize(self, args):
+        exit_with_server()   # a crashed tritonserver leaves no orphan stub (hotpath.runtime.lifetime)
         self.execute_log = ExecuteLog.open(args)
         params = parameters(args)
         folder = version_dir(args)

@@ -15,12 +15,14 @@ import triton_python_backend_utils as pb_utils
 
 from hotpath.runtime.backend_args import parameters, version_dir
 from hotpath.runtime.embedder import Embedder
+from hotpath.runtime.lifetime import exit_with_server
 from hotpath.runtime.text import gather_texts, text_limits
 from hotpath.runtime.timing import ExecuteLog, timed
 
 
 class TritonPythonModel:
     def initialize(self, args):
+        exit_with_server()   # a crashed tritonserver leaves no orphan stub (hotpath.runtime.lifetime)
         self.execute_log = ExecuteLog.open(args)
         params = parameters(args)
         # One text runs on every intra-op thread; a batch is cut by length into one single-thread run

@@ -18,6 +18,7 @@ from hotpath.runtime.generation.decoder import Decoder, ModelInfo
 from hotpath.runtime.generation.engine import Engine, EngineSettings, QueueFull
 from hotpath.runtime.generation.metrics import EngineMetrics
 from hotpath.runtime.generation.params import InputError, Limits, parse_history, request_params
+from hotpath.runtime.lifetime import exit_with_server
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 OPTIONAL = ("MAX_TOKENS", "TEMPERATURE", "TOP_P", "SEED")
@@ -68,6 +69,7 @@ class TritonSink:
 
 class TritonPythonModel:
     def initialize(self, args):
+        exit_with_server()   # a crashed tritonserver leaves no orphan stub (hotpath.runtime.lifetime)
         p = parameters(args)
         folder = version_dir(args) / "export"
         info = ModelInfo.load(folder / "generation.json")

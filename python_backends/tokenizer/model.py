@@ -11,6 +11,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from hotpath.runtime.backend_args import parameters, version_dir
+from hotpath.runtime.lifetime import exit_with_server
 from hotpath.runtime.text import encode, gather_texts, load_tokenizer, text_limits
 from hotpath.runtime.timing import ExecuteLog, timed
 
@@ -19,6 +20,7 @@ OUTPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 class TritonPythonModel:
     def initialize(self, args):
+        exit_with_server()   # a crashed tritonserver leaves no orphan stub (hotpath.runtime.lifetime)
         self.execute_log = ExecuteLog.open(args)
         params = parameters(args)
         self.tokenizer = load_tokenizer(version_dir(args) / params.get("tokenizer_file", "tokenizer.json"),
