@@ -6,9 +6,18 @@ Triton 2.51 neither restarts a killed stub nor marks its model unready. Two thre
   by an operator briefly has fewer) is a dead stub, restarted before any request fails on it;
 - the liveness probe (hotpath.health, every `probe_s`): a real request through every endpoint. An
   error naming an unhealthy stub restarts that model; an endpoint that times out on two probes in a
-  row (a hung stub) has its models restarted.
+  row has its models restarted only if none of them made progress meanwhile (a hung stub): a probe
+  that waits behind real work is slow, not a failure, and restarting a busy model would turn
+  slowness into failed requests.
+Progress of a model between two snapshots (`Progress`, `stalled`): requests it completed (Triton's
+statistics API: success + fail + execution counts) or CPU time its stubs used (at least `BUSY_CPU`
+of a core). A decoupled model's counts grow when execute() hands a request to its own loop, before
+any response, so only its stubs' CPU counts for it. An execute() that never returns does neither.
 A restart reloads the model through explicit model control with a forcing config change (Triton keeps
-the existing instances when a load changes nothing). If tritonserver itself exits, it is restarted
+the existing instances when a load changes nothing). The replaced stubs get `old_stub_grace_s` to
+finish their requests and exit as Triton unloads the old version; any still alive then are killed
+(SIGKILL: a stub ignores SIGTERM): a hung execute() never returns, so Triton would never finish that
+unload and its stub (up to 1.4 GB) would stay for the server's lifetime. If tritonserver itself exits, it is restarted
 (`hotpath serve`), or, with `restart_server=False`, left to whoever supervises it (the container's
 hotpath.server.supervise exits with it, and the orchestrator restarts the container).
 """
@@ -17,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
 import threading
 import time
 from collections import Counter
@@ -24,12 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+import psutil
 import tritonclient.grpc as grpcclient
 
 from hotpath.health.probe import ProbeResult, endpoint_configs, probe
 from hotpath.repository import Repository, instance_count
+from hotpath.server.admin import admin_headers
 from hotpath.server.model_control import load_config, served_config
-from hotpath.server.stubs import stub_census
+from hotpath.server.stubs import stub_census, stub_processes
 
 if TYPE_CHECKING:   # the container runs the watchdog without the local-server modules
     from hotpath.server.process import LocalTriton
@@ -38,6 +50,9 @@ _UNHEALTHY_STUB = re.compile(r"Stub process '([^']+)' is not healthy")
 # A forcing change: a parameter no backend reads, set to the restart time.
 RESTART_PARAMETER = "hotpath.restarted_at"
 TIMEOUT = "DEADLINE_EXCEEDED"
+# A model whose stubs used at least this share of a core over a window is working (measured on 2 cores:
+# idle stubs 0.001-0.002, sentence_embedder under load 1.3, an execute() asleep ~0.001).
+BUSY_CPU = 0.05
 
 
 def models_named_unhealthy(results: list[ProbeResult]) -> set[str]:
@@ -47,6 +62,35 @@ def models_named_unhealthy(results: list[ProbeResult]) -> set[str]:
         for instance in _UNHEALTHY_STUB.findall(result.message):
             named.add(re.sub(r"_\d+_\d+$", "", instance))  # instance <model>_<group>_<index>
     return named
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What one model had done by `at` (monotonic s): requests completed per Triton's statistics (None
+    when unknown: statistics unavailable, or a decoupled model, whose counts say nothing of responses),
+    and the CPU seconds its live stubs had used."""
+    at: float
+    completed: int | None
+    cpu_s: float
+
+
+def stalled(before: Progress, after: Progress, busy_cpu: float = BUSY_CPU) -> bool:
+    """No progress between two snapshots: no request completed (a count that moved either way, as after a
+    reload, is progress) and the stubs used less than `busy_cpu` of a core."""
+    if before.completed is not None and after.completed is not None and after.completed != before.completed:
+        return False
+    seconds = max(after.at - before.at, 1e-3)
+    return (after.cpu_s - before.cpu_s) / seconds < busy_cpu
+
+
+def hung_models(steps: tuple[str, ...], before: dict[str, Progress], after: dict[str, Progress]) -> list[str]:
+    """An endpoint's models to restart after its probes timed out: all of them when none progressed over
+    the window (a hung step starves the others), none when any did (the probe waited behind real work;
+    which step held it cannot be told, and a busy one must not be restarted)."""
+    idle = Progress(0.0, None, 0.0)
+    if all(stalled(before.get(m, idle), after.get(m, idle)) for m in steps):
+        return list(steps)
+    return []
 
 
 @dataclass
@@ -75,6 +119,7 @@ class Watchdog:
     probe_timeout_s: float = 5.0
     log: Callable[[str], None] = logging.getLogger(__name__).info
     restart_server: bool = True
+    old_stub_grace_s: float = 5.0
     recoveries: list[Recovery] = field(default_factory=list)
 
     def __post_init__(self):
@@ -88,6 +133,9 @@ class Watchdog:
         self._steps = {e.name: e.steps for e in repository.endpoints()}
         # Python models have stubs; a stub that is not up yet when watching starts must count too.
         self._python_models = {name for name, c in configs.items() if c.backend == "python"}
+        self._decoupled = {name for name, c in configs.items() if c.model_transaction_policy.decoupled}
+        # Per endpoint timing out: the models' progress when its first timed-out probe round started.
+        self._window: dict[str, dict[str, Progress]] = {}
         self._expected: dict[str, int] = {}
         self._deficits: Counter = Counter()
         self._timeouts: Counter = Counter()
@@ -154,10 +202,35 @@ class Watchdog:
                 else:
                     self._expected.pop(model, None)
 
+    def progress(self) -> dict[str, Progress]:
+        """Every model's progress so far (statistics API with the admin key, stub CPU from /proc)."""
+        completed: Counter = Counter()
+        try:
+            with grpcclient.InferenceServerClient(self.server.grpc_url) as client:
+                stats = client.get_inference_statistics("", headers=admin_headers(), client_timeout=5)
+            for model in stats.model_stats:
+                s = model.inference_stats
+                completed[model.name] += s.success.count + s.fail.count + model.execution_count
+            known = True
+        except Exception as exc:  # noqa: BLE001 - judged on CPU alone then
+            self.log(f"[watchdog] statistics unavailable ({exc}); judging progress by stub CPU alone")
+            known = False
+        cpu: Counter = Counter()
+        for model, procs in stub_processes(self.server.process.pid).items():
+            for proc in procs:
+                try:
+                    cpu[model] += sum(proc.cpu_times()[:2])
+                except Exception:  # noqa: BLE001 - a stub that just exited
+                    continue
+        now = time.monotonic()
+        return {m: Progress(now, completed[m] if known and m not in self._decoupled else None, cpu[m])
+                for m in set(completed) | set(cpu) | set(self._python_models)}
+
     def _probe_round(self) -> None:
         if self._lock.locked() or self.server.process.poll() is not None:
             return   # a recovery is in progress; the census thread restarts a dead server
         seen_at = time.monotonic()
+        started = self.progress()
         results = []
         for config in self._endpoints:
             if self._stop.is_set():
@@ -168,11 +241,24 @@ class Watchdog:
             self.log(f"[watchdog] probe failed: {result.line()}")
         self._timeouts = Counter({r.endpoint: self._timeouts[r.endpoint] + 1
                                   for r in failed if r.status.endswith(TIMEOUT)})
-        hung = [c for c in self._endpoints if self._timeouts[c.name] >= 2]
-        models = sorted(models_named_unhealthy(failed) | {m for c in hung for m in self._steps[c.name]})
+        self._window = {e: self._window.get(e, started) for e in self._timeouts}
+        hung: set[str] = set()
+        if any(n >= 2 for n in self._timeouts.values()):
+            now = self.progress()
+            for endpoint in [e for e, n in self._timeouts.items() if n >= 2]:
+                steps = self._steps[endpoint]
+                if stuck := hung_models(steps, self._window[endpoint], now):
+                    hung.update(stuck)
+                    continue
+                # Slow, not hung: judged again on the next window, from now.
+                self.log(f"[watchdog] {endpoint}: probes timed out while {', '.join(steps)} made progress "
+                         f"(busy, not hung): no restart")
+                self._timeouts[endpoint], self._window[endpoint] = 1, now
+        models = sorted(models_named_unhealthy(failed) | hung)
         if models:
             self._reload(models, "probe: " + "; ".join(r.line() for r in failed), seen_at)
             self._timeouts.clear()
+            self._window.clear()
 
     def _reload(self, models: list[str], reason: str, seen_at: float) -> None:
         with self._lock:
@@ -184,6 +270,7 @@ class Watchdog:
             recovery = Recovery(reason, models, time.monotonic())
             self.recoveries.append(recovery)
             self.log(f"[watchdog] {reason}: restarting {', '.join(models)}")
+            replaced = [p for m in models for p in stub_processes(self.server.process.pid).get(m, [])]
             try:
                 with grpcclient.InferenceServerClient(self.server.grpc_url) as client:
                     for model in models:
@@ -203,6 +290,21 @@ class Watchdog:
             self._deficits.clear()
             recovery.recovered_at = time.monotonic()
             self.log(f"[watchdog] {', '.join(models)} restarted in {recovery.seconds:.1f}s")
+            if replaced:
+                threading.Thread(target=self._end_replaced, args=(replaced,), name="hotpath-watchdog-replaced",
+                                 daemon=True).start()
+
+    def _end_replaced(self, stubs: list) -> None:
+        """Kill the replaced stubs (psutil.Process: a reused PID is never hit) still alive after the grace."""
+        _, alive = psutil.wait_procs(stubs, timeout=self.old_stub_grace_s)
+        for proc in alive:
+            try:
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    proc.send_signal(signal.SIGKILL)
+                    self.log(f"[watchdog] replaced stub {proc.pid} still alive {self.old_stub_grace_s:g}s after "
+                             f"the restart (a request that never ends keeps the old version loaded): killed")
+            except psutil.NoSuchProcess:
+                continue
 
     def _restart_server(self, locked: bool = False) -> None:
         if not locked:
