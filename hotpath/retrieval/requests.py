@@ -3,7 +3,8 @@
 A request is a search (no OP, or OP "search"): TEXT queries, TOP_K results each; or a write (OP
 "upsert" or "delete", with ID): TEXT is the document to store (ignored by a delete). All items of one
 request share the op and k, since their outputs form one [batch, k] tensor. Anything else is the
-client's error, reported for that request alone.
+client's error, reported for that request alone. TOP_K is INT64 on the wire and range-checked as sent,
+so a value past 32 bits is refused instead of wrapping (Triton's HTTP JSON parser narrows into INT32).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from hotpath.runtime.inputs import InputError, column, integers, required
 from hotpath.runtime.text import TextInputError, decode_utf8, text_limits
 
 OPS = ("search", "upsert", "delete")
@@ -42,15 +44,11 @@ class Request:
 
 
 def _column(values: np.ndarray | None, name: str, rows: int) -> np.ndarray | None:
-    if values is None:
-        return None
-    if values.ndim != 2 or values.shape != (rows, 1):
-        raise TextInputError(f"{name} must have shape [{rows}, 1] like TEXT, got {list(values.shape)}")
-    return values.reshape(-1)
+    return None if values is None else column(values, name, rows)
 
 
-def _one(values: np.ndarray, name: str) -> object:
-    if len(set(values.tolist())) != 1:
+def _one(values: list, name: str) -> object:
+    if len(set(values)) != 1:
         raise TextInputError(f"every item of one request must have the same {name}")
     return values[0]
 
@@ -63,19 +61,16 @@ def _decode(values: np.ndarray, name: str, max_bytes: int | None = 512) -> list[
 
 
 def _parse(text, top_k, op, ident, limits: Limits) -> Request:
-    if text.ndim != 2 or text.shape[1] != 1:
-        raise TextInputError(f"TEXT must have shape [batch, 1], got {list(text.shape)}")
-    rows = text.shape[0]
+    rows = len(column(required(text, "TEXT", "BYTES [batch, 1]: the queries, or the documents of an upsert"),
+                      "TEXT"))
     texts = decode_utf8(text, limits.max_bytes, limits.max_chars)
     ops = _column(op, "OP", rows)
-    name = "search" if ops is None or not rows else _one(np.array(_decode(ops, "OP"), dtype=object), "OP")
+    name = "search" if ops is None or not rows else _one(_decode(ops, "OP"), "OP")
     if name not in OPS:
         raise TextInputError(f"OP must be one of {', '.join(OPS)}, got {name[:40]!r}")
     if name == "search":
         ks = _column(top_k, "TOP_K", rows)
-        k = limits.default_k if ks is None or not rows else int(_one(ks, "TOP_K"))
-        if not 1 <= k <= limits.max_k:
-            raise TextInputError(f"TOP_K must be within 1..{limits.max_k}, got {k}")
+        k = limits.default_k if ks is None or not rows else _one(integers(ks, "TOP_K", 1, limits.max_k), "TOP_K")
         for i, t in enumerate(texts):
             if not t.strip():
                 raise TextInputError(f"TEXT[{i}] is empty")
@@ -96,12 +91,10 @@ def _parse(text, top_k, op, ident, limits: Limits) -> Request:
     return Request(name, texts if name == "upsert" else [], id_texts, k=1)
 
 
-def parse_request(text: np.ndarray, top_k: np.ndarray | None, op: np.ndarray | None, ident: np.ndarray | None,
+def parse_request(text: np.ndarray | None, top_k: np.ndarray | None, op: np.ndarray | None, ident: np.ndarray | None,
                   limits: Limits) -> Request:
     """One request's inputs -> a Request; an invalid one carries its error message instead."""
     try:
         return _parse(text, top_k, op, ident, limits)
-    except TextInputError as exc:
+    except InputError as exc:
         return Request(error=str(exc))
-    except (TypeError, ValueError, OverflowError) as exc:
-        return Request(error=f"bad input: {exc}")

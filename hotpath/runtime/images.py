@@ -12,7 +12,9 @@ perf/reports/image_decode_libraries.md.
 Work per image is bounded before any pixel is decoded: encoded bytes (`max_bytes`), the size the
 header declares (`max_pixels`) and the pixels the decoder will actually produce after reduced-size
 JPEG decoding (`max_decoded_pixels`): a 40-megapixel JPEG decodes at 1/8 scale and passes, a
-4.9 KB PNG that would inflate to 40 megapixels is refused from its header.
+4.9 KB PNG that would inflate to 40 megapixels is refused from its header. A JPEG whose header declares
+more blocks than its data could code is refused too: libjpeg fills the blocks missing before an early
+end marker with gray and reports success, so such a file would be classified as if it were whole.
 """
 
 from __future__ import annotations
@@ -25,10 +27,12 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from hotpath.runtime.inputs import InputError, column, required
+
 FORMATS = ("JPEG", "PNG", "WEBP")
 
 
-class ImageInputError(ValueError):
+class ImageInputError(InputError):
     """An input that is not a usable image; the message says why."""
 
 
@@ -62,7 +66,29 @@ def _open(data: bytes, opts: PreprocessOptions) -> Image.Image:
         raise ImageInputError(f"image has no pixels ({w}x{h})")
     if w * h > opts.max_pixels:
         raise ImageInputError(f"image is {w}x{h} = {w * h} pixels, over the limit of {opts.max_pixels}")
+    if img.format == "JPEG":
+        _check_jpeg_size(img, len(data))
     return img
+
+
+def jpeg_blocks(width: int, height: int, sampling: list[tuple[int, int]]) -> int:
+    """8x8 blocks a JPEG of this size codes, per component (h, v sampling factors), without MCU padding."""
+    h_max, v_max = max(h for h, _ in sampling), max(v for _, v in sampling)
+    return sum(math.ceil(math.ceil(width * h / h_max) / 8) * math.ceil(math.ceil(height * v / v_max) / 8)
+               for h, v in sampling)
+
+
+def _check_jpeg_size(img: Image.Image, size: int) -> None:
+    # Every Huffman-coded block costs at least one bit (its DC code), so a file with fewer bits than blocks
+    # cannot hold the image its header declares: it ends early and libjpeg would fill the rest with gray.
+    sampling = [(h, v) for _, h, v, _ in getattr(img, "layer", [])]
+    if not sampling or min(min(h, v) for h, v in sampling) < 1:
+        raise ImageInputError("corrupt JPEG header: no sampling factors")
+    blocks = jpeg_blocks(*img.size, sampling)
+    if size * 8 < blocks:
+        w, h = img.size
+        raise ImageInputError(f"JPEG header declares {w}x{h} ({blocks} blocks), more than its {size} bytes can "
+                              f"hold (at least {math.ceil(blocks / 8)}): truncated or lying header")
 
 
 def _to_rgb(img: Image.Image) -> Image.Image:
@@ -118,3 +144,17 @@ def resize_crop(img: Image.Image, opts: PreprocessOptions = PreprocessOptions())
 def preprocess(data: bytes, opts: PreprocessOptions = PreprocessOptions()) -> np.ndarray:
     """Encoded image bytes -> uint8 [crop, crop, 3] RGB."""
     return resize_crop(decode(data, opts), opts)
+
+
+def preprocess_request(values: np.ndarray | None, opts: PreprocessOptions = PreprocessOptions()) -> np.ndarray:
+    """One request's IMAGE tensor [batch, 1] -> uint8 [batch, crop, crop, 3]; ImageInputError names the item."""
+    images = column(required(values, "IMAGE", "BYTES [batch, 1]"), "IMAGE")
+    out = np.empty((len(images), opts.crop, opts.crop, 3), dtype=np.uint8)
+    for i, value in enumerate(images):
+        if not isinstance(value, bytes):   # Triton hands BYTES items over as bytes; anything else is not an image
+            raise ImageInputError(f"IMAGE[{i}] must be bytes, got {type(value).__name__}")
+        try:
+            out[i] = preprocess(value, opts)
+        except ImageInputError as exc:
+            raise ImageInputError(f"IMAGE[{i}]: {exc}") from None
+    return out

@@ -12,6 +12,8 @@ from typing import Sequence
 import numpy as np
 from tokenizers import Tokenizer
 
+from hotpath.runtime.inputs import InputError, column, required
+
 
 def load_tokenizer(path: Path | str, max_length: int, pad_to_multiple_of: int | None = None) -> Tokenizer:
     """Load a HF fast tokenizer, truncating at `max_length` tokens and padding to the batch's longest.
@@ -44,7 +46,7 @@ def encode(tok: Tokenizer, texts: Sequence[str]) -> dict[str, np.ndarray]:
     }
 
 
-class TextInputError(ValueError):
+class TextInputError(InputError):
     """A text input the endpoint refuses (not UTF-8, too long); the message names the item and why."""
 
 
@@ -60,8 +62,10 @@ def decode_utf8(values: np.ndarray, max_bytes: int | None = None, max_chars: int
     for i, v in enumerate(flat):
         if isinstance(v, str):
             text = v
+        elif not isinstance(v, bytes):   # bytes(5) would be five NULs: refuse rather than embed them
+            raise TextInputError(f"TEXT[{i}] must be bytes (UTF-8), got {type(v).__name__}")
         else:
-            raw = bytes(v)
+            raw = v
             if max_bytes is not None and len(raw) > max_bytes:
                 raise TextInputError(f"TEXT[{i}] is {len(raw)} bytes, over the limit of {max_bytes}")
             try:
@@ -80,19 +84,17 @@ def text_limits(params: dict[str, str]) -> dict[str, int | None]:
             "max_chars": int(params["max_text_chars"]) if "max_text_chars" in params else None}
 
 
-def gather_texts(arrays: Sequence[np.ndarray], limits: dict[str, int | None]
+def gather_texts(arrays: Sequence[np.ndarray | None], limits: dict[str, int | None]
                  ) -> tuple[list[str], list[tuple[int, int] | None], list[str | None]]:
-    """The TEXT tensors of one execute()'s requests -> all their texts, each request's span in that list,
-    and each request's input error (None when fine), so one bad request fails alone."""
+    """The TEXT tensors of one execute()'s requests (None: missing) -> all their texts, each request's span in
+    that list, and each request's input error (None when fine), so one bad request fails alone."""
     texts: list[str] = []
     spans: list[tuple[int, int] | None] = []
     errors: list[str | None] = []
     for values in arrays:
         try:
-            if values.ndim != 2 or values.shape[1] != 1:
-                raise TextInputError(f"TEXT must have shape [batch, 1], got {list(values.shape)}")
-            batch = decode_utf8(values, **limits)
-        except TextInputError as exc:
+            batch = decode_utf8(column(required(values, "TEXT", "BYTES [batch, 1]"), "TEXT"), **limits)
+        except InputError as exc:
             errors.append(str(exc))
             spans.append(None)
             continue

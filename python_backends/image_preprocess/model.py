@@ -6,11 +6,12 @@ truncated, empty, non-image or oversized input fails its own request only, with 
 (never retried); anything else that goes wrong is a server fault (INTERNAL).
 """
 
-import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from hotpath.runtime.backend_args import parameters
-from hotpath.runtime.images import ImageInputError, PreprocessOptions, preprocess
+from hotpath.runtime.backend_io import fault, guarded, input_array, invalid
+from hotpath.runtime.images import PreprocessOptions, preprocess_request
+from hotpath.runtime.inputs import InputError
 from hotpath.runtime.lifetime import exit_with_server
 from hotpath.runtime.timing import ExecuteLog, timed
 
@@ -30,25 +31,17 @@ class TritonPythonModel:
         )
 
     @timed
+    @guarded(pb_utils, "image_preprocess")
     def execute(self, requests):
         responses = []
         for request in requests:
-            values = pb_utils.get_input_tensor_by_name(request, "IMAGE").as_numpy().reshape(-1)
             try:
-                pixels = np.stack([self._one(i, v) for i, v in enumerate(values)])
-            except ImageInputError as exc:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    f"image_preprocess: {exc}", pb_utils.TritonError.INVALID_ARG)))
+                pixels = preprocess_request(input_array(pb_utils, request, "IMAGE"), self.options)
+            except InputError as exc:
+                responses.append(invalid(pb_utils, "image_preprocess", str(exc)))
                 continue
             except Exception as exc:  # a fault of ours, not the input's: INTERNAL, and only this request
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    f"image_preprocess: internal error: {type(exc).__name__}: {exc}")))
+                responses.append(fault(pb_utils, "image_preprocess", exc))
                 continue
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("PIXELS", pixels)]))
         return responses
-
-    def _one(self, index, value):
-        try:
-            return preprocess(bytes(value), self.options)
-        except ImageInputError as exc:
-            raise ImageInputError(f"IMAGE[{index}]: {exc}") from None

@@ -17,13 +17,11 @@ from hotpath.retrieval.requests import Limits, parse_request
 from hotpath.retrieval.store import write_all
 from hotpath.runtime.backend_args import parameters, version_dir
 from hotpath.runtime.embedder import EXPORT_DIR, Embedder
+from hotpath.runtime.backend_io import fault_error, guarded, input_array, invalid
 from hotpath.runtime.lifetime import exit_with_server
 from hotpath.runtime.timing import ExecuteLog, timed
 
-
-def _optional(request, name):
-    tensor = pb_utils.get_input_tensor_by_name(request, name)
-    return None if tensor is None else tensor.as_numpy()
+INPUTS = ("TEXT", "TOP_K", "OP", "ID")   # parse_request's order; None for an absent one (TEXT is required)
 
 
 def _bytes(rows):
@@ -47,9 +45,9 @@ class TritonPythonModel:
         return self.embedder.embed(texts)
 
     @timed
+    @guarded(pb_utils, "retrieval")
     def execute(self, requests):
-        parsed = [parse_request(pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy(), _optional(r, "TOP_K"),
-                                _optional(r, "OP"), _optional(r, "ID"), self.limits) for r in requests]
+        parsed = [parse_request(*(input_array(pb_utils, r, n) for n in INPUTS), self.limits) for r in requests]
         good = [p for p in parsed if p.error is None]
         searches = [p for p in good if p.op == "search"]
         writes = [p for p in good if p.op != "search"]
@@ -84,12 +82,11 @@ class TritonPythonModel:
                     row += n
         except Exception as exc:  # a fault of ours or of the store, not an input's
             code = pb_utils.TritonError.UNAVAILABLE if isinstance(exc, ConnectionError) else pb_utils.TritonError.INTERNAL
-            fault = pb_utils.TritonError(f"retrieval: internal error: {type(exc).__name__}: {exc}", code)
+            fault = fault_error(pb_utils, "retrieval", exc, code)
         responses = []
         for p in parsed:
             if p.error is not None:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    f"retrieval: {p.error}", pb_utils.TritonError.INVALID_ARG)))
+                responses.append(invalid(pb_utils, "retrieval", p.error))
             elif fault is not None or id(p) not in results:
                 responses.append(pb_utils.InferenceResponse(error=fault or pb_utils.TritonError("retrieval: no result")))
             else:

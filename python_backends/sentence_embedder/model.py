@@ -14,6 +14,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from hotpath.runtime.backend_args import parameters, version_dir
+from hotpath.runtime.backend_io import fault_error, guarded, input_array, invalid
 from hotpath.runtime.embedder import Embedder
 from hotpath.runtime.lifetime import exit_with_server
 from hotpath.runtime.text import gather_texts, text_limits
@@ -31,20 +32,19 @@ class TritonPythonModel:
         self.limits = text_limits(params)
 
     @timed
+    @guarded(pb_utils, "sentence_embedder")
     def execute(self, requests):
-        texts, spans, errors = gather_texts(
-            [pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy() for r in requests], self.limits)
+        texts, spans, errors = gather_texts([input_array(pb_utils, r, "TEXT") for r in requests], self.limits)
         embeddings, fault = None, None
         if texts:
             try:
                 embeddings = self.embedder.embed(texts)
             except Exception as exc:  # a fault of ours, not an input's: INTERNAL for the valid requests
-                fault = pb_utils.TritonError(f"sentence_embedder: internal error: {type(exc).__name__}: {exc}")
+                fault = fault_error(pb_utils, "sentence_embedder", exc)
         responses = []
         for span, error in zip(spans, errors):
             if error is not None:
-                responses.append(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    f"sentence_embedder: {error}", pb_utils.TritonError.INVALID_ARG)))
+                responses.append(invalid(pb_utils, "sentence_embedder", error))
             elif fault is not None:
                 responses.append(pb_utils.InferenceResponse(error=fault))
             else:

@@ -11,6 +11,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from hotpath.runtime.backend_args import parameters, version_dir
+from hotpath.runtime.backend_io import guarded, input_array, invalid
 from hotpath.runtime.lifetime import exit_with_server
 from hotpath.runtime.text import encode, gather_texts, load_tokenizer, text_limits
 from hotpath.runtime.timing import ExecuteLog, timed
@@ -29,15 +30,14 @@ class TritonPythonModel:
         self.limits = text_limits(params)
 
     @timed
+    @guarded(pb_utils, "tokenizer")
     def execute(self, requests):
-        texts, spans, errors = gather_texts(
-            [pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy() for r in requests], self.limits)
+        texts, spans, errors = gather_texts([input_array(pb_utils, r, "TEXT") for r in requests], self.limits)
         encoded = encode(self.tokenizer, texts) if texts else {}
         responses = []
         for span, error in zip(spans, errors):
             if error is not None:
-                responses.append(pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError(f"tokenizer: {error}", pb_utils.TritonError.INVALID_ARG)))
+                responses.append(invalid(pb_utils, "tokenizer", error))
                 continue
             start, stop = span
             responses.append(pb_utils.InferenceResponse(

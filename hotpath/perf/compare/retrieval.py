@@ -73,8 +73,8 @@ def triton_search(url: str, model: str, k: int = K) -> Callable[[], Search]:
         import tritonclient.grpc as grpcclient
 
         client = grpcclient.InferenceServerClient(url)
-        top_k = grpcclient.InferInput("TOP_K", [1, 1], "INT32")
-        top_k.set_data_from_numpy(np.array([[k]], dtype=np.int32))
+        top_k = grpcclient.InferInput("TOP_K", [1, 1], "INT64")
+        top_k.set_data_from_numpy(np.array([[k]], dtype=np.int64))
         outputs = [grpcclient.InferRequestedOutput("IDS")]
 
         def search(text: str) -> list[str]:
