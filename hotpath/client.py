@@ -305,7 +305,7 @@ class RetrievalClient(EndpointClient):
         for part in self._chunks(len(texts)):
             inputs = [text_input("TEXT", texts[part])]
             if k is not None:
-                inputs.append(_tensor("TOP_K", np.full((len(texts[part]), 1), k, dtype=np.int32), "INT32"))
+                inputs.append(_tensor("TOP_K", np.full((len(texts[part]), 1), k, dtype=np.int64), "INT64"))
             r = self._call(inputs)
             out.extend([Hit(_text(i), float(s), _text(d)) for i, s, d in zip(ids, scores, docs)]
                        for ids, scores, docs in zip(r["IDS"], r["SCORES"], r["DOCUMENTS"]))
