@@ -16,8 +16,8 @@ from hotpath.retrieval.open import data_dir_of, open_store
 from hotpath.retrieval.requests import Limits, parse_request
 from hotpath.retrieval.store import write_all
 from hotpath.runtime.backend_args import parameters, version_dir
-from hotpath.runtime.embedder import EXPORT_DIR, Embedder
 from hotpath.runtime.backend_io import fault_error, guarded, input_array, invalid
+from hotpath.runtime.embedder import EXPORT_DIR, Embedder
 from hotpath.runtime.lifetime import exit_with_server
 from hotpath.runtime.timing import ExecuteLog, timed
 
