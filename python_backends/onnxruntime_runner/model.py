@@ -13,6 +13,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from hotpath.runtime.backend_args import model_config, parameters, version_dir
+from hotpath.runtime.backend_io import guarded
 from hotpath.runtime.batching import run_batched
 from hotpath.runtime.lifetime import exit_with_server
 from hotpath.runtime.ort_session import make_session
@@ -41,6 +42,7 @@ class TritonPythonModel:
         )
 
     @timed
+    @guarded(pb_utils, "onnxruntime")   # the native backend shows no Python traceback either; no per-request checks
     def execute(self, requests):
         feeds = [{name: pb_utils.get_input_tensor_by_name(r, name).as_numpy() for name in self.input_names}
                  for r in requests]
