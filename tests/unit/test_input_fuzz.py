@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image, ImageFile
 
+from hotpath.retrieval.requests import Limits, parse_request
 from hotpath.runtime.images import ImageInputError, PreprocessOptions, preprocess
 from hotpath.runtime.text import TextInputError, decode_utf8, text_limits
 from tests.imagegen import encode, photo
@@ -133,3 +134,13 @@ def test_large_jpeg_passes_the_decoded_pixel_limit_through_reduced_size_decoding
     assert preprocess(big).shape == (224, 224, 3)  # decoded at 1/8 scale: 500x375
     with pytest.raises(ImageInputError, match="decodes to 4000x3000"):
         preprocess(big, PreprocessOptions(fast_jpeg=False))  # full decode: over the limit
+
+
+@FUZZ
+@given(st.integers(-2 ** 63, 2 ** 63 - 1))
+def test_top_k_is_taken_whole_or_refused_never_wrapped(value):
+    r = parse_request(_as_tensor([b"q"]), np.array([[value]], dtype=np.int64), None, None, Limits(10, 100))
+    if 1 <= value <= 100:
+        assert (r.error, r.k) == (None, value)
+    else:
+        assert r.error == f"TOP_K must be within 1..100, got {value}"
