@@ -2,7 +2,11 @@
 endpoint, and the hotpath client raises InvalidInputError for it (never retried).
 
 text_generation has its own bad-input matrix (tests/integration/test_text_generation.py).
-Limits are read from the specs, so the test follows them when they change.
+Limits are read from the specs, so the test follows them when they change. The raw cases of
+tests/bad_requests.py bypass tritonclient (missing, extra, mistyped, misshapen, overflowing, lying inputs):
+each that a hotpath model answers must be INVALID_ARGUMENT / 400 naming the input, with no traceback or
+server path, and the endpoint must serve a good request right after; the ones Triton's own frontend answers
+are pinned to its answer, for the front door to correct.
 """
 
 import io
@@ -18,6 +22,7 @@ from tritonclient.utils import InferenceServerException
 from hotpath.client import ClassificationClient, EmbeddingClient, InvalidInputError
 from hotpath.paths import model_specs_dir
 from hotpath.spec import load_spec
+from tests.bad_requests import all_cases, good_request
 from tests.imagegen import bad_inputs, encode, photo
 
 
@@ -116,3 +121,30 @@ def test_client_raises_invalid_input_error_once_and_keeps_serving(grpc_url, endp
         assert info.value.status == "INVALID_ARGUMENT" and info.value.exit_code == 65
         good = "still serving" if input_name == "TEXT" else encode(photo("coffee").resize((320, 240)), "JPEG")
         assert len(client._infer_bytes([good])) == 1
+
+
+RAW = all_cases()
+MODEL_SIDE = [c for c in RAW if not c.frontend]
+FRONTEND = [c for c in RAW if c.frontend]
+
+
+def _url(triton, case):
+    return triton.grpc_url if case.protocol == "grpc" else triton.http_url
+
+
+@pytest.mark.parametrize("case", MODEL_SIDE, ids=[c.id for c in MODEL_SIDE])
+def test_raw_bad_request_is_refused_naming_the_input_and_the_server_keeps_serving(triton, case):
+    answer = case.send(_url(triton, case))
+    assert answer.invalid, (answer, triton.log_tail(15))
+    assert any(n in answer.message for n in case.names), answer.message
+    assert not answer.leaks, answer.message
+    assert good_request(triton.grpc_url, case.endpoint).status == "OK"
+
+
+@pytest.mark.parametrize("case", FRONTEND, ids=[c.id for c in FRONTEND])
+def test_triton_frontend_answers_are_pinned_for_the_front_door(triton, case):
+    # Answered by tritonserver before any model runs (case.frontend says why): no model can change these.
+    answer = case.send(_url(triton, case))
+    assert answer.status == case.answer.split()[0], (answer, case.answer)
+    assert not answer.leaks, answer.message
+    assert good_request(triton.grpc_url, case.endpoint).status == "OK"
