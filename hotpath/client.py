@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import queue
 import random
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -96,9 +97,19 @@ _NO_VERSION_NOW = "has no available versions"
 _DEAD_STUB = "is not healthy"
 
 
+# A decoupled model's error on a gRPC stream reaches tritonclient as ModelStreamInferResponse.error_message
+# alone (Triton 2.51 src/grpc/stream_infer_handler.cc: the status code is dropped unless the stream was
+# opened with the `triton_grpc_error` header; a proxy may drop that header: NGINX drops names with '_'),
+# so hotpath's streaming models start their messages with "<model>: [STATUS] " and the class is read there.
+_TAGGED = re.compile(r"^[\w.-]+: \[([A-Z_]+)\] ")
+
+
 def client_error(where: str, exc: InferenceServerException) -> ClientError:
-    """The ClientError subclass for a tritonclient exception (its status: gRPC 'StatusCode.X' or HTTP code)."""
+    """The ClientError subclass for a tritonclient exception (its status: gRPC 'StatusCode.X' or HTTP code,
+    else the "<model>: [STATUS] " tag of a stream error's message)."""
     status = str(exc.status() or "").removeprefix("StatusCode.") or None
+    if status is None and (tagged := _TAGGED.match(exc.message() or "")):
+        status = tagged.group(1)
     kind = _BY_STATUS.get(status or "", ServerFaultError if status else ClientError)
     message = exc.message() or ""
     if (status == "NOT_FOUND" and _NO_VERSION_NOW in message) or (status == "INTERNAL" and _DEAD_STUB in message):
@@ -369,31 +380,61 @@ def generation_inputs(prompt: str | bytes, max_tokens: int | None = None, temper
                       history: Sequence[str] | None = None) -> list[grpcclient.InferInput]:
     """The text_generation endpoint's inputs; optional ones are sent only when given. `history`: the
     chat's earlier turns (user, assistant, ...), so the server renders and caches the conversation."""
-    raw = prompt.encode("utf-8") if isinstance(prompt, str) else bytes(prompt)
-    inputs = [_tensor("PROMPT", np.array([raw], dtype=np.object_), "BYTES")]
-    for name, value, np_type, dtype in (("MAX_TOKENS", max_tokens, np.int32, "INT32"),
+    inputs = [_tensor("PROMPT", np.array([_utf8("PROMPT", prompt)], dtype=np.object_), "BYTES")]
+    for name, value, np_type, dtype in (("MAX_TOKENS", max_tokens, np.int64, "INT64"),
                                         ("TEMPERATURE", temperature, np.float32, "FP32"),
                                         ("TOP_P", top_p, np.float32, "FP32"), ("SEED", seed, np.int64, "INT64")):
         if value is not None:
-            inputs.append(_tensor(name, np.array([value], dtype=np_type), dtype))
-    if stop:
-        inputs.append(_tensor("STOP", np.array([s.encode("utf-8") for s in stop], dtype=np.object_), "BYTES"))
-    if history:
-        inputs.append(_tensor("HISTORY", np.array([t.encode("utf-8") for t in history], dtype=np.object_), "BYTES"))
+            inputs.append(_tensor(name, _scalar(name, value, np_type), dtype))
+    for name, texts in (("STOP", stop), ("HISTORY", history)):
+        if texts:
+            data = np.array([_utf8(f"{name}[{i}]", t) for i, t in enumerate(texts)], dtype=np.object_)
+            inputs.append(_tensor(name, data, "BYTES"))
     return inputs
 
 
+def _utf8(name: str, text: str | bytes) -> bytes:
+    """A text input's bytes; a str that is not valid Unicode (lone surrogates: undecodable bytes of a
+    command line, os.fsdecode's surrogateescape) is refused here, as the server would refuse its bytes."""
+    if not isinstance(text, str):
+        return bytes(text)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInputError(f"{name} is not valid UTF-8 text (undecodable character "
+                                f"{text[exc.start]!r} at {exc.start})", "INVALID_ARGUMENT") from None
+
+
+def _scalar(name: str, value, np_type) -> np.ndarray:
+    """A one-element tensor of `np_type`, refused when the value does not fit it (never wrapped)."""
+    if np.issubdtype(np_type, np.integer):
+        if isinstance(value, bool) or int(value) != value:
+            raise InvalidInputError(f"{name} must be an integer, got {value!r}", "INVALID_ARGUMENT")
+        info = np.iinfo(np_type)
+        if not info.min <= int(value) <= info.max:
+            raise InvalidInputError(f"{name} {value} does not fit {np.dtype(np_type).name}", "INVALID_ARGUMENT")
+        return np.array([int(value)], dtype=np_type)
+    return np.array([value], dtype=np_type)
+
+
 class GenerationClient:
-    """Streaming text generation over one gRPC stream: `for delta in client.stream("hi"): ...`.
+    """Streaming text generation over gRPC: `for delta in client.stream("hi"): ...`.
 
     `stream()` yields a TokenDelta per generated token and then the final Generation; `generate()`
     returns only the Generation. Leaving a stream early cancels the request on the server, which
     frees its slot at the next decode step. One request at a time per client. Retryable errors are
     retried per `retry`, the policy of every hotpath client, but only before the first token: a stream
     that has yielded tokens is never replayed (its reader would see them twice).
+
+    Each request gets a gRPC stream of its own on the client's channel, opened with Triton's
+    `triton_grpc_error` header (an error then carries its status code and ends the stream), and closed
+    after the final response: Triton 2.51 holds the model version of a stream's first request until the
+    stream ends, so a stream kept open between requests stops that version from unloading (an old
+    copy's stub stays after a reload; a shutdown waits out its exit timeout).
     """
 
     model = "text_generation"
+    STREAM_HEADERS = {"triton_grpc_error": "true"}
 
     def __init__(self, url: str = "localhost:8001", model: str | None = None, timeout_s: float = 120.0,
                  token: str | None = None, retry: RetryPolicy = RetryPolicy()):
@@ -407,18 +448,24 @@ class GenerationClient:
 
     def _open(self) -> None:
         if not self._streaming:
+            self._responses = queue.Queue()
             try:
-                self._client.start_stream(callback=self._on_response)
+                self._client.start_stream(callback=self._on_response, headers=self.STREAM_HEADERS)
             except InferenceServerException as exc:
                 raise client_error(f"{self.model} at {self.url}", exc) from None
             self._streaming = True
 
+    def _end_stream(self, cancel: bool) -> None:
+        if self._streaming:
+            self._streaming = False
+            try:
+                self._client.stop_stream(cancel_requests=cancel)
+            finally:
+                self._responses = queue.Queue()
+
     def cancel(self) -> None:
         """Close the stream, cancelling the request in flight on the server."""
-        if self._streaming:
-            self._client.stop_stream(cancel_requests=True)
-            self._streaming = False
-            self._responses = queue.Queue()
+        self._end_stream(cancel=True)
 
     def stream(self, prompt: str | bytes, **params) -> Iterator[TokenDelta | Generation]:
         """Yield TokenDelta per token, then the Generation; raises ClientError on a server error."""
@@ -437,31 +484,30 @@ class GenerationClient:
             attempt += 1
 
     def _stream_once(self, prompt: str | bytes, **params) -> Iterator[TokenDelta | Generation]:
+        inputs = generation_inputs(prompt, **params)   # a bad input fails before any stream opens
+        where = f"{self.model} at {self.url}"
         self._open()
         request_id = uuid.uuid4().hex
         sent = time.perf_counter()
         finished = False
         try:
             try:
-                self._client.async_stream_infer(self.model, generation_inputs(prompt, **params), request_id=request_id)
+                self._client.async_stream_infer(self.model, inputs, request_id=request_id)
             except InferenceServerException as exc:  # the stream broke (server unreachable); details in the callback
-                finished = True
                 try:
                     error = self._responses.get(timeout=1.0)[2] or exc
                 except queue.Empty:
                     error = exc
-                self.cancel()
-                raise client_error(f"{self.model} at {self.url}", error) from None
+                raise client_error(where, error) from None
             text, ids, times = [], [], []
             while True:
                 try:
                     at, result, error = self._responses.get(timeout=self.timeout_s)
                 except queue.Empty:
-                    raise ClientError(f"{self.model} at {self.url}: no response within {self.timeout_s:.0f}s") from None
+                    raise RequestTimeoutError(f"{where}: no response within {self.timeout_s:.0f}s",
+                                              "DEADLINE_EXCEEDED") from None
                 if error is not None:
-                    finished = True
-                    self.cancel()  # a broken stream cannot carry the next request: start afresh
-                    raise client_error(f"{self.model} at {self.url}", error)
+                    raise client_error(where, error)
                 delta = result.as_numpy("TEXT_DELTA")[0].decode("utf-8")
                 reason = result.as_numpy("FINISH_REASON")
                 if reason is None:
@@ -472,6 +518,7 @@ class GenerationClient:
                     yield TokenDelta(delta, token, at - sent)
                     continue
                 finished = True
+                self._end_stream(cancel=False)   # the request is complete: nothing to cancel
                 text.append(delta)
                 if delta:
                     yield TokenDelta(delta, -1, at - sent)
@@ -479,7 +526,7 @@ class GenerationClient:
                                  int(result.as_numpy("COMPLETION_TOKENS")[0]), ids, times, at - sent)
                 return
         finally:
-            if not finished:  # abandoned mid-stream: tell the server
+            if not finished:  # an error, or abandoned mid-stream: cancel whatever the server still runs
                 self.cancel()
 
     def generate(self, prompt: str | bytes, **params) -> Generation:
@@ -490,9 +537,7 @@ class GenerationClient:
         raise ClientError(f"{self.model} at {self.url}: the stream ended without a final response")
 
     def close(self) -> None:
-        if self._streaming:
-            self._client.stop_stream()
-            self._streaming = False
+        self._end_stream(cancel=True)
         self._client.close()
 
     def __enter__(self):

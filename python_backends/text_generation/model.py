@@ -3,7 +3,14 @@
 A thin adapter over hotpath.runtime.generation: `execute()` validates and queues each request and
 returns at once; the instance's generation loop (a thread) batches every running sequence into
 one decoder call per step and streams tokens back through each request's response sender.
-Input faults get INVALID_ARGUMENT; a full admission queue or a shutdown gets UNAVAILABLE.
+Input faults get INVALID_ARGUMENT; a full admission queue or a shutdown gets UNAVAILABLE. Every error
+message starts with "text_generation: [STATUS] ": a gRPC stream response carries the message only
+(Triton 2.51 sends the status code only to a stream opened with the `triton_grpc_error` header, which then
+closes), so hotpath.client reads the class from there. Every request gets its final flag, errors included.
+
+Unload and shutdown: Triton finalizes a decoupled Python model only once all its response senders are
+closed, so a watcher polls `pb_utils.is_model_ready` while requests are in flight and, once an unload
+or a server shutdown began, ends them (UNAVAILABLE); finalize() then stops the loop.
 """
 
 import os
@@ -17,15 +24,26 @@ from hotpath.runtime.generation.chat import encode_prompt, shared_prefix
 from hotpath.runtime.generation.decoder import Decoder, ModelInfo
 from hotpath.runtime.generation.engine import Engine, EngineSettings, QueueFull
 from hotpath.runtime.generation.metrics import EngineMetrics
-from hotpath.runtime.generation.params import InputError, Limits, parse_history, request_params
+from hotpath.runtime.generation.params import INPUTS, InputError, Limits, parse_history, request_inputs, request_params
 from hotpath.runtime.lifetime import exit_with_server
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
-OPTIONAL = ("MAX_TOKENS", "TEMPERATURE", "TOP_P", "SEED")
+
+
+def _error(message, code):
+    """A TritonError whose message carries its status ("text_generation: [UNAVAILABLE] ...")."""
+    # pb_utils.TritonError exists only once the stub has started (not at import time).
+    status = {pb_utils.TritonError.INVALID_ARG: "INVALID_ARGUMENT", pb_utils.TritonError.UNAVAILABLE: "UNAVAILABLE"}
+    return pb_utils.TritonError(f"text_generation: [{status.get(code, 'INTERNAL')}] {message}", code)
 
 
 def _bytes(value):
     return np.array([value.encode("utf-8")], dtype=np.object_)
+
+
+def _refuse(sender, message, code):
+    """The request's only response: an error with its code, and the final flag."""
+    sender.send(pb_utils.InferenceResponse(error=_error(message, code)), flags=FINAL)
 
 
 class TritonSink:
@@ -61,7 +79,7 @@ class TritonSink:
 
     def fail(self, message, unavailable=False):
         code = pb_utils.TritonError.UNAVAILABLE if unavailable else pb_utils.TritonError.INTERNAL
-        self._close(pb_utils.InferenceResponse(error=pb_utils.TritonError(f"text_generation: {message}", code)))
+        self._close(pb_utils.InferenceResponse(error=_error(message, code)))
 
     def is_cancelled(self):
         return self.sender is None or self.sender.is_cancelled()
@@ -91,34 +109,38 @@ class TritonPythonModel:
                                                              "version": str(args["model_version"]),
                                                              "load": str(os.getpid())})
         self.engine.start()
+        name, version = args["model_name"], str(args["model_version"])
+        self.engine.watch(lambda: pb_utils.is_model_ready(name, version))
         self.metrics.start()
 
     def execute(self, requests):
         for request in requests:
             sender = request.get_response_sender()
             try:
-                *values, history = self._inputs(request)
-                prompt, params = request_params(self.limits, *values)
+                values = request_inputs(self._inputs(request))
+                history = values.pop("history")
+                prompt, params = request_params(self.limits, **values)
                 ids = encode_prompt(self.tokenizer, self.info.chat_template, prompt, self.info.bos_token,
                                     self.info.eos_token, parse_history(self.limits, history))
                 self.engine.submit(ids, params, TritonSink(sender))
             except InputError as exc:
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    f"text_generation: {exc}", pb_utils.TritonError.INVALID_ARG)), flags=FINAL)
+                _refuse(sender, str(exc), pb_utils.TritonError.INVALID_ARG)
             except QueueFull as exc:
-                sender.send(pb_utils.InferenceResponse(error=pb_utils.TritonError(
-                    f"text_generation: {exc}", pb_utils.TritonError.UNAVAILABLE)), flags=FINAL)
+                _refuse(sender, str(exc), pb_utils.TritonError.UNAVAILABLE)
+            except Exception as exc:  # a bug: a short INTERNAL error (no traceback to the client), final flag sent
+                pb_utils.Logger.log_error(f"text_generation: request failed: {exc!r}")
+                _refuse(sender, f"request failed ({type(exc).__name__})", pb_utils.TritonError.INTERNAL)
+            del sender
         return None
 
     @staticmethod
     def _inputs(request):
-        prompt = pb_utils.get_input_tensor_by_name(request, "PROMPT").as_numpy().reshape(-1)[0]
-        values = []
-        for name in OPTIONAL:
+        """The request's tensors by name, as sent (None: not sent)."""
+        arrays = {}
+        for name in INPUTS:
             tensor = pb_utils.get_input_tensor_by_name(request, name)
-            values.append(None if tensor is None else tensor.as_numpy().reshape(-1)[0].item())
-        lists = [pb_utils.get_input_tensor_by_name(request, name) for name in ("STOP", "HISTORY")]
-        return (prompt, *values, *(None if t is None else list(t.as_numpy().reshape(-1)) for t in lists))
+            arrays[name] = None if tensor is None else tensor.as_numpy()
+        return arrays
 
     def finalize(self):
         generating, queued = self.engine.load

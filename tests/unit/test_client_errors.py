@@ -138,3 +138,116 @@ def test_generation_retries_like_every_client_but_never_after_the_first_token(mo
         client.generate("p")
     assert len(calls) == 1, "INVALID_ARGUMENT is never retried, streamed or not"
     client.close()
+
+
+@pytest.mark.parametrize("message,kind", [
+    ("text_generation: [INVALID_ARGUMENT] MAX_TOKENS must be within 1..512, got 0", InvalidInputError),
+    ("text_generation: [UNAVAILABLE] admission queue full (32 waiting for a slot, 16 generating); retry later",
+     ServerUnavailableError),
+    ("text_generation: [INTERNAL] request failed (KeyError)", ServerFaultError),
+    ("text_generation: MAX_TOKENS must be within 1..512, got 0", ClientError),   # untagged: nothing to go by
+    ("in text [UNAVAILABLE] not at the start", ClientError),
+])
+def test_stream_errors_are_classed_by_the_status_in_their_message(message, kind):
+    """A decoupled model's error on a gRPC stream reaches tritonclient without a status code (Triton 2.51
+    puts only ModelStreamInferResponse.error_message on the wire); hotpath's models tag the message."""
+    error = client_error("text_generation at h", InferenceServerException(message, status=None))
+    assert type(error) is kind
+    assert error.exit_code == {InvalidInputError: 65, ServerUnavailableError: 69, ServerFaultError: 70,
+                               ClientError: 1}[kind]
+
+
+def test_generation_inputs_keep_full_width_and_refuse_what_does_not_fit():
+    import numpy as np
+
+    from hotpath.client import generation_inputs
+
+    inputs = {i.name(): i for i in generation_inputs("hi", max_tokens=2**32 + 4, seed=7)}
+    assert inputs["MAX_TOKENS"].datatype() == "INT64"
+    assert np.frombuffer(inputs["MAX_TOKENS"]._get_content(), np.int64).tolist() == [2**32 + 4]   # not 4
+    with pytest.raises(InvalidInputError, match="MAX_TOKENS"):
+        generation_inputs("hi", max_tokens=2**63)
+    with pytest.raises(InvalidInputError, match="MAX_TOKENS must be an integer"):
+        generation_inputs("hi", max_tokens=2.5)
+    with pytest.raises(InvalidInputError, match="PROMPT is not valid UTF-8"):
+        generation_inputs("\udcff")   # what Python makes of the command-line argument $'\xff'
+    with pytest.raises(InvalidInputError, match=r"STOP\[1\] is not valid UTF-8"):
+        generation_inputs("hi", stop=["ok", "\udcfe"])
+    assert generation_inputs(b"\xff")[0]._get_content()[4:] == b"\xff"   # bytes go as they are: the server judges
+
+
+def test_cli_generate_with_undecodable_argument_is_a_clear_input_error():
+    """`hotpath generate $'\\xff'` printed a traceback (UnicodeEncodeError) and exited 1."""
+    import subprocess
+    import sys
+
+    (port,) = free_ports(1)
+    out = subprocess.run([sys.executable, "-m", "hotpath", "generate", "--url", f"127.0.0.1:{port}", b"\xff"],
+                         capture_output=True, timeout=60)
+    stderr = out.stderr.decode(errors="replace")
+    assert out.returncode == 65, stderr
+    assert "Traceback" not in stderr and "PROMPT is not valid UTF-8" in stderr
+
+
+class _Result:
+    def __init__(self, **arrays):
+        self.arrays = arrays
+
+    def as_numpy(self, name):
+        return self.arrays.get(name)
+
+
+class _StreamingTriton:
+    """tritonclient.grpc's stream calls, answering each request with the given outcomes in turn."""
+
+    def __init__(self, *outcomes):
+        import numpy as np
+
+        self.outcomes, self.np = list(outcomes), np
+        self.opened, self.closed, self.callback = [], [], None
+
+    def start_stream(self, callback, headers=None, **kwargs):
+        self.callback = callback
+        self.opened.append(headers)
+
+    def stop_stream(self, cancel_requests=False):
+        self.closed.append(cancel_requests)
+
+    def async_stream_infer(self, model, inputs, request_id=""):
+        np = self.np
+        outcome = self.outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            self.callback(result=None, error=outcome)
+            return
+        self.callback(result=_Result(TEXT_DELTA=np.array([b"o"], object), TOKEN_ID=np.array([5], np.int32)))
+        self.callback(result=_Result(TEXT_DELTA=np.array([b"k"], object), FINISH_REASON=np.array([b"stop"], object),
+                                     PROMPT_TOKENS=np.array([3], np.int32), COMPLETION_TOKENS=np.array([1], np.int32)))
+
+    def close(self):
+        pass
+
+
+def test_generation_stream_errors_keep_their_class_and_queue_full_is_retried():
+    from hotpath.client import GenerationClient
+
+    full = InferenceServerException("text_generation: [UNAVAILABLE] admission queue full (32 waiting for a slot, "
+                                    "0 generating); retry later")
+    fake = _StreamingTriton(full, full, "ok")
+    client = GenerationClient("127.0.0.1:1", retry=RetryPolicy(attempts=3, initial_backoff_s=0.001))
+    client._client = fake
+    result = client.generate("hi")
+    assert result.text == "ok" and result.finish_reason == "stop"
+    # One stream per request, each opened with Triton's status-code header and closed at its end.
+    assert fake.opened == [{"triton_grpc_error": "true"}] * 3 and len(fake.closed) == 3 and not client._streaming
+
+    bad = InferenceServerException("text_generation: [INVALID_ARGUMENT] PROMPT is empty")
+    fake = _StreamingTriton(bad, "ok")
+    client._client = fake
+    with pytest.raises(InvalidInputError, match="PROMPT is empty") as caught:
+        client.generate(" ")
+    assert caught.value.exit_code == 65 and len(fake.outcomes) == 1, "INVALID_ARGUMENT is never retried"
+
+    status = InferenceServerException("Request for unknown model", status="StatusCode.INVALID_ARGUMENT")
+    client._client = _StreamingTriton(status)
+    with pytest.raises(InvalidInputError):
+        client.generate("hi")

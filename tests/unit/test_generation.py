@@ -10,7 +10,7 @@ import pytest
 from hotpath.runtime.generation.chat import encode_prompt, render_chat, shared_prefix
 from hotpath.runtime.generation.decoder import Decoder, ModelInfo
 from hotpath.runtime.generation.engine import Engine, EngineSettings, QueueFull
-from hotpath.runtime.generation.params import InputError, Limits, decode_prompt, parse_params
+from hotpath.runtime.generation.params import InputError, Limits, decode_prompt, parse_params, request_params
 from hotpath.runtime.generation.sampling import choose, make_rng
 from hotpath.runtime.generation.text_stream import TextStream
 from tests import tinyllm
@@ -30,7 +30,7 @@ def decoder(tiny):
 
 class Collect:
     def __init__(self, cancel_after: int | None = None):
-        self.tokens, self.texts, self.final, self.error = [], [], None, None
+        self.tokens, self.texts, self.final, self.error, self.unavailable = [], [], None, None, None
         self.cancel_after = cancel_after
 
     def token(self, token_id, text):
@@ -42,7 +42,8 @@ class Collect:
         self.final = (text, reason, prompt_tokens, completion_tokens)
 
     def fail(self, message, unavailable=False):
-        self.error = message
+        assert self.final is None and self.error is None, "ended twice"
+        self.error, self.unavailable = message, unavailable
 
     def is_cancelled(self):
         return self.cancel_after is not None and len(self.tokens) >= self.cancel_after
@@ -152,10 +153,135 @@ def test_cancellation_frees_the_slot_for_a_waiting_request(tiny, decoder):
 
 def test_full_queue_refuses_clearly(tiny, decoder):
     engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=1, context=64, max_queue=2))
-    for _ in range(2):
+    for _ in range(3):   # one for the free slot, two waiting
         engine.submit(ids_of(tiny, "hi"), greedy(2), Collect())
     with pytest.raises(QueueFull, match="queue full"):
         engine.submit(ids_of(tiny, "hi"), greedy(2), Collect())
+
+
+def test_requests_for_free_slots_are_not_counted_as_waiting(tiny, decoder):
+    """Issue 25: 60 streams arriving during one loop step got 27 refusals while 1 sequence generated.
+    Requests that reach the queue between steps take the free slots at the next step: only those beyond
+    the free slots wait, and only those beyond max_queue of them are refused."""
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=4, context=128, max_queue=2))
+    sinks = [Collect() for _ in range(6)]
+    for sink in sinks:   # the loop has not stepped: 4 free slots + 2 waiting
+        engine.submit(ids_of(tiny, "hi"), greedy(30), sink)
+    assert engine.waiting == 2
+    with pytest.raises(QueueFull, match="2 waiting for a slot, 0 generating"):
+        engine.submit(ids_of(tiny, "hi"), greedy(2), Collect())
+    engine.step()   # 4 admitted, 2 still queued: the queue is full now, with every slot taken
+    assert engine.load == (4, 2)
+    with pytest.raises(QueueFull):
+        engine.submit(ids_of(tiny, "hi"), greedy(2), Collect())
+    assert engine.stats.refused == 2
+    run_all(engine, sinks)
+    assert all(s.final for s in sinks)
+
+
+def _long_running(tiny, decoder, streams=3, **settings):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=2, context=256, max_queue=8, **settings))
+    sinks = [Collect() for _ in range(streams)]   # 2 generating, the rest queued
+    for sink in sinks:
+        engine.submit(ids_of(tiny, "hi"), parse_params(Limits(max_tokens=250), max_tokens=250), sink)
+    return engine, sinks
+
+
+def _wait(condition, limit_s=30.0):
+    deadline = threading.Event()
+    for _ in range(int(limit_s / 0.02)):
+        if condition():
+            return True
+        deadline.wait(0.02)
+    return condition()
+
+
+def test_drain_ends_running_and_queued_requests_with_unavailable_and_refuses_new_ones(tiny, decoder):
+    engine, sinks = _long_running(tiny, decoder)
+    engine.start()
+    try:
+        assert _wait(lambda: sinks[0].tokens), "the loop never started generating"
+        engine.drain("the model is being unloaded")
+        assert _wait(lambda: all(s.error for s in sinks))
+        assert all(s.unavailable and s.final is None for s in sinks)
+        assert all(len(s.tokens) < 250 for s in sinks)
+        with pytest.raises(QueueFull, match="unloaded"):
+            engine.submit(ids_of(tiny, "hi"), greedy(2), Collect())
+        assert engine.load == (0, 0)
+    finally:
+        engine.stop()
+    assert not engine._thread.is_alive()
+
+
+def test_stop_gives_every_request_its_final_call_and_ends_the_threads(tiny, decoder):
+    engine, sinks = _long_running(tiny, decoder)
+    engine.start()
+    engine.watch(lambda: True, interval_s=0.01)
+    assert _wait(lambda: sinks[0].tokens)
+    engine.stop()
+    assert all(s.error and s.unavailable for s in sinks), [(s.error, s.final) for s in sinks]
+    assert not engine._thread.is_alive() and not engine._watcher.is_alive()
+
+
+def test_the_watcher_drains_once_the_model_is_no_longer_ready(tiny, decoder):
+    """Triton finalizes a decoupled Python model only after its response senders closed: the engine
+    must notice the unload (pb_utils.is_model_ready False, or "Server not ready" while it shuts down)."""
+    checks = []
+    for answer in (False, RuntimeError("Server not ready")):
+        engine, sinks = _long_running(tiny, decoder, streams=2)
+        served = {"ready": True}
+
+        def is_ready():
+            checks.append(1)
+            if served["ready"] is True:
+                return True
+            if isinstance(served["ready"], Exception):
+                raise served["ready"]
+            return served["ready"]
+
+        engine.start()
+        engine.watch(is_ready, interval_s=0.02)
+        try:
+            assert _wait(lambda: sinks[0].tokens)
+            assert not any(s.error for s in sinks)
+            served["ready"] = answer
+            assert _wait(lambda: all(s.error for s in sinks)), answer
+            assert all(s.unavailable for s in sinks)
+            assert _wait(lambda: not engine._watcher.is_alive())
+        finally:
+            engine.stop()
+    assert checks
+
+
+def test_the_watcher_keeps_streams_when_its_own_check_fails_otherwise(tiny, decoder):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=2, context=128))
+    sink = Collect()
+    engine.submit(ids_of(tiny, "hi"), greedy(40), sink)
+
+    def broken():
+        raise RuntimeError("is_model_ready is not available here")
+
+    engine.start()
+    engine.watch(broken, interval_s=0.01)
+    try:
+        assert _wait(lambda: sink.final or sink.error)
+        assert sink.final is not None and sink.error is None
+    finally:
+        engine.stop()
+
+
+def test_the_watcher_makes_no_calls_while_idle(tiny, decoder):
+    engine = Engine(decoder, tiny.tokenizer, EngineSettings(max_batch=2, context=128))
+    calls = []
+    engine.start()
+    engine.watch(lambda: calls.append(1) or True, interval_s=0.01)
+    threading.Event().wait(0.2)
+    assert not calls
+    sink = Collect()
+    engine.submit(ids_of(tiny, "hi"), greedy(40), sink)   # wakes the loop and the watcher alike
+    assert _wait(lambda: sink.final)
+    engine.stop()
+    assert calls
 
 
 def test_prompt_longer_than_the_context_is_an_input_error(tiny, decoder):
@@ -451,3 +577,41 @@ def test_prompt_lookup_draft_and_its_pass_count():
     # 7 tokens: a pass with no draft, a pass accepting 4 copied tokens (+1 own), a pass whose draft fails.
     assert draft_steps([1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 7], k=4) == 3
     assert draft_steps([9], [1, 2, 3], k=4) == 3                        # nothing to copy: one token per pass
+
+
+def _arrays(**tensors):
+    return {name: np.asarray(value) if not isinstance(value, np.ndarray) else value
+            for name, value in tensors.items()}
+
+
+def test_request_inputs_refuse_a_missing_prompt_by_name():
+    """Issue 25: a request without PROMPT got INTERNAL with a Python traceback and server paths."""
+    from hotpath.runtime.generation.params import request_inputs
+
+    with pytest.raises(InputError, match="PROMPT is required"):
+        request_inputs(_arrays(MAX_TOKENS=np.array([4], np.int64)))
+    with pytest.raises(InputError, match="PROMPT must hold exactly one value"):
+        request_inputs(_arrays(PROMPT=np.array([b"a", b"b"], dtype=object)))
+    with pytest.raises(InputError, match="PROMPT must be BYTES"):
+        request_inputs(_arrays(PROMPT=np.array([1.5], np.float32)))
+
+
+def test_request_inputs_are_checked_at_their_full_width():
+    """MAX_TOKENS 2**32 + 4 must be refused, not wrapped to 4 (INT64 on the wire; no int32 cast on the way)."""
+    from hotpath.runtime.generation.params import request_inputs
+
+    values = request_inputs(_arrays(PROMPT=np.array([b"hi"], dtype=object), MAX_TOKENS=np.array([2**32 + 4], np.int64),
+                                    SEED=np.array([2**40], np.int64), STOP=np.array([b"x"], dtype=object)))
+    assert values["max_tokens"] == 2**32 + 4 and values["seed"] == 2**40 and values["stop"] == [b"x"]
+    history = values.pop("history")
+    assert history is None
+    with pytest.raises(InputError, match=r"MAX_TOKENS must be within 1\.\.512, got 4294967300"):
+        request_params(Limits(max_tokens=512), **values)
+    with pytest.raises(InputError, match="MAX_TOKENS must be an integer tensor"):
+        request_inputs(_arrays(PROMPT=np.array([b"hi"], dtype=object), MAX_TOKENS=np.array([4.5], np.float32)))
+    with pytest.raises(InputError, match="MAX_TOKENS must be an integer"):
+        parse_params(Limits(), max_tokens=4.5)
+    with pytest.raises(InputError, match="TOP_P must hold exactly one value"):
+        request_inputs(_arrays(PROMPT=np.array([b"hi"], dtype=object), TOP_P=np.array([0.5, 0.5], np.float32)))
+    with pytest.raises(InputError, match="HISTORY must be BYTES"):
+        request_inputs(_arrays(PROMPT=np.array([b"hi"], dtype=object), HISTORY=np.array([1, 2], np.int64)))

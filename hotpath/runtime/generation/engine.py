@@ -158,6 +158,9 @@ class Engine:
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._draining = ""        # why the model stops serving (set by drain()); new requests are refused
+        self._watcher: threading.Thread | None = None
+        self._halt = threading.Event()   # set by stop() and drain(): the watcher's pause ends
         self._prefix: list[int] = []
         self._prefix_kv: list[np.ndarray] = []
 
@@ -173,14 +176,22 @@ class Engine:
         seq = Sequence(list(prompt_ids), params, sink, TextStream(self.tokenizer, params.stop),
                        next(self._order), make_rng(params), tokens=list(prompt_ids), submitted=time.perf_counter())
         with self._cond:
-            if self._stopping:
-                raise QueueFull("the model is shutting down")
-            if len(self._queue) >= self.settings.max_queue:
+            if self._stopping or self._draining:
+                raise QueueFull(self._draining or "the model is shutting down")
+            if self.waiting >= self.settings.max_queue:
                 self.stats.refused += 1
-                raise QueueFull(f"admission queue full ({self.settings.max_queue} waiting, "
+                raise QueueFull(f"admission queue full ({self.waiting} waiting for a slot, "
                                 f"{len(self._active)} generating); retry later")
             self._queue.append(seq)
-            self._cond.notify()
+            self._cond.notify_all()   # the loop, and the unload watcher when one waits
+
+    @property
+    def waiting(self) -> int:
+        """Queued requests that no free slot awaits: the ones `max_queue` bounds. Requests reach the queue
+        between loop steps; those a free slot will take at the next step are not waiting for one (60
+        streams arriving during one step were refused at 32 queued while 16 slots stood free)."""
+        free = max(0, self.settings.max_batch - len(self._active))
+        return max(0, len(self._queue) - free)
 
     def set_prefix(self, prefix_ids: list[int]) -> None:
         """Prefill a prompt prefix every request shares (the chat template's system turn) once.
@@ -207,18 +218,69 @@ class Engine:
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Stop the loop; queued and running requests end with an UNAVAILABLE error."""
+        """Stop the loop and the watcher; queued and running requests end with an UNAVAILABLE error (every
+        sink gets its final call), so nothing outlives the model."""
         with self._cond:
             self._stopping = True
-            self._cond.notify()
-        if self._thread:
-            self._thread.join(timeout)
+            self._cond.notify_all()
+        self._halt.set()
+        for thread in (self._thread, self._watcher):
+            if thread and thread is not threading.current_thread():
+                thread.join(timeout)
+        if self._thread and self._thread.is_alive():
+            log.error("generation loop still running %.0fs after stop; failing its requests anyway", timeout)
+        self._fail_all("the model is shutting down")
+
+    def drain(self, reason: str) -> None:
+        """Stop serving without stopping the loop: every queued and running request ends now with an
+        UNAVAILABLE error (its final response), later ones are refused. For a model being unloaded:
+        Triton calls finalize() only once every response sender is closed, so running streams must end
+        first, or an unload or a server shutdown waits for the longest generation (or its exit timeout)."""
+        with self._cond:
+            if self._draining or self._stopping:
+                return
+            self._draining = reason
+            self._cond.notify_all()
+        self._halt.set()
+        log.warning("draining: %s", reason)
+
+    def watch(self, is_ready, interval_s: float = 0.5) -> None:
+        """Poll `is_ready()` (is this model still served?) every `interval_s` while there is work, and
+        drain when it answers False or raises "... not ready": an unload or a server shutdown has begun.
+        Idle, it makes no call (Triton unloads an idle model at once)."""
+        def run():
+            while True:
+                with self._cond:
+                    while not (self._stopping or self._draining or self._queue or self._active):
+                        self._cond.wait()
+                    if self._stopping or self._draining:
+                        return
+                try:
+                    ready = is_ready()
+                except Exception as exc:
+                    # Triton 2.51 answers "Server not ready" once its shutdown began; any other failure is
+                    # the check's own: stop watching rather than end streams on a guess.
+                    if "not ready" not in str(exc).lower():
+                        log.error("readiness check failed (%s); no longer watching for an unload", exc)
+                        return
+                    ready = False
+                if not ready:
+                    self.drain("the model is being unloaded (server shutdown or model unload)")
+                    return
+                self._halt.wait(interval_s)
+
+        self._watcher = threading.Thread(target=run, name="generation-unload-watch", daemon=True)
+        self._watcher.start()
+
+    def _fail_all(self, message: str) -> None:
+        """End every queued and running request with UNAVAILABLE (called with the loop not stepping)."""
         with self._cond:
             pending, self._queue = list(self._queue), collections.deque()
-        for seq in pending + self._active:
+        active, self._active = self._active, []
+        for seq in pending + active:
             if not seq.done:
-                _safe(seq.sink.fail, "the model is shutting down", True)
-        self._active = []
+                seq.done = True
+                _safe(seq.sink.fail, message, True)
 
     @property
     def load(self) -> tuple[int, int]:
@@ -238,6 +300,10 @@ class Engine:
                     self._cond.wait()
                 if self._stopping:
                     return
+                draining = self._draining
+            if draining:
+                self._fail_all(draining)
+                continue
             try:
                 self.step()
             except Exception as exc:  # a failed step must not kill the loop: fail its sequences

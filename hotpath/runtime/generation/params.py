@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
 
 
 class InputError(ValueError):
@@ -57,7 +60,7 @@ def parse_params(limits: Limits, max_tokens: int | None = None, temperature: flo
     """Validate the optional inputs; None means 'not sent' (the default applies)."""
     if max_tokens is None:
         max_tokens = limits.default_max_tokens
-    max_tokens = int(max_tokens)
+    max_tokens = _integer("MAX_TOKENS", max_tokens)
     if not 1 <= max_tokens <= limits.max_tokens:
         raise InputError(f"MAX_TOKENS must be within 1..{limits.max_tokens}, got {max_tokens}")
     temperature = 0.0 if temperature is None else float(temperature)
@@ -66,7 +69,8 @@ def parse_params(limits: Limits, max_tokens: int | None = None, temperature: flo
     top_p = 1.0 if top_p is None else float(top_p)
     if not (math.isfinite(top_p) and 0 < top_p <= 1):
         raise InputError(f"TOP_P must be within (0, 1], got {top_p}")
-    if seed is not None and int(seed) < 0:
+    seed = None if seed is None else _integer("SEED", seed)
+    if seed is not None and seed < 0:
         raise InputError(f"SEED must be >= 0, got {seed}")
     stops = []
     for i, s in enumerate(stop or []):
@@ -80,7 +84,7 @@ def parse_params(limits: Limits, max_tokens: int | None = None, temperature: flo
     if len(stops) > limits.max_stop_strings:
         raise InputError(f"at most {limits.max_stop_strings} STOP strings, got {len(stops)}")
     return GenerationParams(max_tokens=max_tokens, temperature=temperature, top_p=top_p,
-                            seed=None if seed is None else int(seed), stop=tuple(stops))
+                            seed=seed, stop=tuple(stops))
 
 
 def request_params(limits: Limits, prompt: bytes | str, max_tokens=None, temperature=None, top_p=None,
@@ -105,3 +109,60 @@ def parse_history(limits: Limits, history: list[bytes | str] | None) -> tuple[st
     if size > limits.max_prompt_bytes:
         raise InputError(f"HISTORY is {size} bytes; the limit is {limits.max_prompt_bytes}")
     return tuple(turns)
+
+
+# The request's tensors: name -> whether it is a list (STOP, HISTORY) or one value, and its kind.
+SCALARS = {"MAX_TOKENS": "integer", "TEMPERATURE": "number", "TOP_P": "number", "SEED": "integer"}
+LISTS = ("STOP", "HISTORY")
+INPUTS = ("PROMPT", *SCALARS, *LISTS)
+
+
+def _integer(name: str, value) -> int:
+    """An integer input as a Python int, refused (not truncated) when it is not a whole number."""
+    if isinstance(value, (bool, np.bool_)):
+        raise InputError(f"{name} must be an integer, got {value!r}")
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    raise InputError(f"{name} must be an integer, got {value!r}")
+
+
+def _one(name: str, array: np.ndarray) -> Any:
+    if array.size != 1:
+        raise InputError(f"{name} must hold exactly one value, got shape {list(array.shape)}")
+    return array.reshape(-1)[0]
+
+
+def request_inputs(arrays: Mapping[str, np.ndarray | None]) -> dict[str, Any]:
+    """One request's tensors (name -> numpy array, None or absent when not sent) -> the keyword arguments
+    of `request_params` plus `history`; a missing PROMPT, a tensor of the wrong size or kind is an
+    InputError naming it. Values are read at the width they arrived in (no narrowing: an INT64 MAX_TOKENS
+    of 2**32 + 4 stays 2**32 + 4 and is refused by the range check)."""
+    prompt = arrays.get("PROMPT")
+    if prompt is None:
+        raise InputError("PROMPT is required (BYTES, one UTF-8 text)")
+    raw = _one("PROMPT", prompt)
+    if not isinstance(raw, (bytes, str, np.bytes_, np.str_)):
+        raise InputError(f"PROMPT must be BYTES (UTF-8 text), got {prompt.dtype}")
+    out: dict[str, Any] = {"prompt": bytes(raw) if isinstance(raw, (bytes, np.bytes_)) else str(raw)}
+    for name, kind in SCALARS.items():
+        array = arrays.get(name)
+        if array is None:
+            out[name.lower()] = None
+            continue
+        value = _one(name, array)
+        if kind == "integer":
+            if not np.issubdtype(array.dtype, np.integer):
+                raise InputError(f"{name} must be an integer tensor, got {array.dtype}")
+            out[name.lower()] = int(value)
+        else:
+            if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
+                raise InputError(f"{name} must be a number, got {array.dtype}")
+            out[name.lower()] = float(value)
+    for name in LISTS:
+        array = arrays.get(name)
+        if array is not None and array.dtype != np.object_ and array.dtype.kind not in "SU":
+            raise InputError(f"{name} must be BYTES (UTF-8 texts), got {array.dtype}")
+        out[name.lower()] = None if array is None else list(array.reshape(-1))
+    return out
