@@ -36,7 +36,8 @@ def test_probe_inputs_are_unique_valid_and_cheap(configs):
     Image.open(io.BytesIO(raw[raw.index(b"\x89PNG"):])).verify()
     generation = {i.name(): i for i in probe_inputs(configs["text_generation"])}
     assert set(generation) == {"PROMPT", "MAX_TOKENS"}, "optional inputs stay out except one token"
-    assert np.frombuffer(generation["MAX_TOKENS"]._get_content(), np.int32).tolist() == [1]
+    assert generation["MAX_TOKENS"].datatype() == "INT64"   # the spec's type: checked at full width
+    assert np.frombuffer(generation["MAX_TOKENS"]._get_content(), np.int64).tolist() == [1]
 
 
 def test_numeric_inputs_get_values_and_other_types_a_clear_error():
