@@ -15,8 +15,8 @@ from hotpath import logs
 from hotpath.errors import HotpathError
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
+from hotpath.gateway.process import TenantGateway
 from hotpath.gateway.tenants import load_tenants, new_token
-from hotpath.nginx.process import LocalNginx
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ def _serve(args: argparse.Namespace) -> int:
     wake = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda number, _: (signals.append(number), wake.set()))
-    with LocalNginx(settings) as gateway:
+    with TenantGateway(settings) as gateway:
         log.info(f"[gateway] gRPC {gateway.grpc_url}, HTTP {gateway.http_url} -> {', '.join(grpc_upstreams)} / "
                  f"{', '.join(http_upstreams)}; {len(tenants)} tenant(s), {settings.in_flight_cap} inference calls "
                  f"in flight, {settings.streams_cap} streams open, "
@@ -53,7 +53,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reload_tenants(gateway: LocalNginx, path: str) -> None:
+def _reload_tenants(gateway: TenantGateway, path: str) -> None:
     """Serve the tenants file as it is now; a broken file keeps the tenants served before."""
     try:
         gateway.reload(dataclasses.replace(gateway.settings, tenants=load_tenants(path)))

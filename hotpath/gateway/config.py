@@ -8,12 +8,17 @@ sees the status, not an HTTP error), HTTP with Triton's JSON error body.
 |---|---|---|---|
 | tenant token | `map $http_authorization` + `if` (server rewrite) | 16 UNAUTHENTICATED | 401 |
 | API a tenant may call | allow-listed locations, `return 403` in `/` (rewrite) | 7 PERMISSION_DENIED | 403 |
-| tenant's rate | `limit_req` per rate class, `nodelay` (preaccess) | 8 RESOURCE_EXHAUSTED | 429 |
 | open streams | `limit_conn` on one key (preaccess) | 14 UNAVAILABLE | 503 |
 | body size | `client_max_body_size` (access, as the body is read) | 3 INVALID_ARGUMENT | 413 |
 | public endpoint (no internal step model) | front_door.lua (access) | 5 NOT_FOUND | 404 |
 | HTTP body: JSON nesting, KServe v2 shape, the model's inputs | front_door.lua (access) | - | 400 |
+| tenant's requests/s and generated tokens/min (GCRA) | front_door.lua (access) | 8 RESOURCE_EXHAUSTED | 429 |
 | tenant's fair share of in-flight calls and items | front_door.lua (access) | 14 UNAVAILABLE | 503 |
+
+Every inference request counts against its tenant's rate, each message of a gRPC stream included: NGINX
+passes streams to the stream admission (hotpath.gateway.streams), which reads each message and asks
+front_door.lua over a unix socket beside nginx.conf (`/charge`) before passing it on, so both doors
+draw on one budget per tenant.
 
 Tenants may call inference, streams (gRPC ModelStreamInfer, HTTP generate and generate_stream),
 health, metadata and model config; repository, shared-memory, trace, logging and statistics APIs
@@ -37,8 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hotpath.gateway.front_door import (
+    CHARGE_SOCKET,
     CONFIG_FILE,
     SHARED_DICT,
+    STREAM_TENANT_HEADER,
     PublicModel,
     cjson_cpath,
     front_door_json,
@@ -56,11 +63,12 @@ from hotpath.nginx.upstreams import FAIL_TIMEOUT_S, connect_timeout, retry_idemp
 
 # Refusal messages: the client sees them as the gRPC status message or the HTTP error text.
 UNAUTHENTICATED = "gateway: missing or unknown tenant token; send the header authorization: Bearer <token>"
-RATE_LIMITED = "gateway: tenant request rate limit exceeded; slow down"
+RATE_LIMITED = "gateway: tenant request rate limit exceeded"   # front_door.lua adds the limit and a retry hint
 OVERLOADED = "gateway: server at capacity ({cap} inference calls in flight); retry later"
 TOO_LARGE = "gateway: request body larger than {limit} bytes"
 UNREACHABLE = "gateway: no server could complete the call"
 STREAMS_FULL = "gateway: server at capacity ({cap} streams open); retry later"
+NO_STREAMS = "gateway: streams are not served here (no stream admission)"
 ADMIN_ONLY = "gateway: admin APIs are not exposed to tenants"
 
 TENANT = "$" + TENANT_FIELD   # the tenant of the call's token, "" when there is none
@@ -94,6 +102,8 @@ class TenantGatewaySettings:
     fail_timeout_s: int = FAIL_TIMEOUT_S   # a failed replica is skipped this long before it is tried again
     models: tuple[PublicModel, ...] = field(default_factory=public_models, repr=False)   # what tenants may call
     max_work: int = 0                    # items in flight per replica; 0: front_door.work_cap(models)
+    stream_port: int = 0                 # the stream admission's loopback port; 0: streams are refused
+    charge_key: str = field(default="", repr=False)   # what the stream admission shows /charge
 
     log_fields = LOG_FIELDS
     unreachable_message = UNREACHABLE
@@ -104,8 +114,8 @@ class TenantGatewaySettings:
 
     def private_files(self) -> dict[str, str]:
         return {TOKEN_MAP: render(token_map(self.tenants)),
-                CONFIG_FILE: front_door_json(self.models, {t.name: t.weight for t in self.tenants}, self.in_flight_cap,
-                                             self.work_cap, OVERLOADED.format(cap=self.in_flight_cap), TENANT_FIELD)}
+                CONFIG_FILE: front_door_json(self.models, self.tenants, self.in_flight_cap, self.work_cap,
+                                             OVERLOADED.format(cap=self.in_flight_cap), TENANT_FIELD, self.charge_key)}
 
     def directives(self, workdir: Path) -> list[dict]:
         return config(self, workdir)
@@ -128,14 +138,6 @@ def token_map(tenants: tuple[Tenant, ...]) -> list[dict]:
     return [d(f"Bearer {t.token}", t.name) for t in tenants]
 
 
-def rate_classes(tenants: tuple[Tenant, ...]) -> list[tuple[int, int, list[str]]]:
-    """(requests/s, burst, tenant names) per distinct limit: one limit_req zone each (a zone has one rate)."""
-    classes: dict[tuple[int, int], list[str]] = {}
-    for t in tenants:
-        classes.setdefault((t.requests_per_s, t.burst), []).append(t.name)
-    return [(rate, burst, names) for (rate, burst), names in classes.items()]
-
-
 HTTP_EXTRA = {"@unauthenticated": (d("add_header", "WWW-Authenticate", "Bearer", "always"),)}
 
 
@@ -147,17 +149,15 @@ def _http_error(name: str, status: int, message: str, *extra: dict) -> dict:
 def _error_pages(overloaded: str = "@overloaded") -> list[dict]:
     """Status -> named location; a location with its own `overloaded` answer repeats them all (NGINX
     inherits error_page from the server only into locations that set none)."""
-    return [d("error_page", 429, "=", "@rate_limited"),
-            d("error_page", 413, "=", "@too_large"),
+    return [d("error_page", 413, "=", "@too_large"),
             d("error_page", 503, "=", overloaded),
             d("error_page", 502, 504, "=", "@unreachable")]
 
 
-def _checks(s: TenantGatewaySettings, zones: list[dict], protocol: str) -> list[dict]:
-    """What both servers do before passing a call on: token, rate limits, error pages."""
+def _checks(protocol: str) -> list[dict]:
+    """What both servers do before passing a call on: the token, error pages."""
     return [
         d("if", TENANT, "=", "", block=[d("return", 401)]),
-        *zones,
         d(f"{protocol}_set_header", "Authorization", ""),   # the token stops here
         d("error_page", 401, "=", "@unauthenticated"),
         d("error_page", 403, "=", "@admin_only"),
@@ -167,18 +167,11 @@ def _checks(s: TenantGatewaySettings, zones: list[dict], protocol: str) -> list[
 
 def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
     """The whole nginx.conf; tokens stay in `workdir / TOKEN_MAP`, which it includes."""
-    classes = rate_classes(s.tenants)
-    rate_maps, zones = [], []
-    for i, (rate, burst, names) in enumerate(classes):
-        # A zone's key is the tenant for its own tenants and "" (not counted) for everyone else.
-        rate_maps += [d("map", TENANT, f"$hotpath_rate_{i}", block=[d("default", ""), *[d(n, n) for n in names]]),
-                      d("limit_req_zone", f"$hotpath_rate_{i}", f"zone=rate_{i}:1m", f"rate={rate}r/s")]
-        zones.append(d("limit_req", f"zone=rate_{i}", f"burst={burst}", "nodelay"))
     streams = [d("limit_conn", "streams", s.streams_cap), *_error_pages("@streams_full")]
     # Each refusal's named location: (name, gRPC status, HTTP status, message), for both servers.
     refusals = [("@unauthenticated", 16, 401, UNAUTHENTICATED),
                 ("@admin_only", 7, 403, ADMIN_ONLY),
-                ("@rate_limited", 8, 429, RATE_LIMITED),
+                ("@no_streams", 14, 503, NO_STREAMS),
                 ("@too_large", 3, 413, TOO_LARGE.format(limit=s.max_body_bytes)),
                 ("@overloaded", 14, 503, OVERLOADED.format(cap=s.in_flight_cap)),
                 ("@streams_full", 14, 503, STREAMS_FULL.format(cap=s.streams_cap)),
@@ -190,8 +183,6 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
     return main_context(workdir, [
         d("map_hash_bucket_size", 256),   # a key is "Bearer " + a token of up to 128 characters
         d("map", "$http_authorization", TENANT, block=[d("default", ""), d("include", workdir / TOKEN_MAP)]),
-        *rate_maps,
-        d("limit_req_status", 429),
         # One fixed key: every stream counts against one cap.
         d("limit_conn_zone", "upstream", "zone=streams:1m"),
         d("lua_package_cpath", cjson_cpath()),
@@ -200,7 +191,6 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
         d("log_by_lua", lua_call("release")),
         d("limit_conn_status", 503),
         # Refusals are expected under load and are in the access log; the error log keeps real errors.
-        d("limit_req_log_level", "info"),
         d("limit_conn_log_level", "info"),
         d("client_max_body_size", s.max_body_bytes),
         d("client_body_buffer_size", "1m"),
@@ -208,14 +198,16 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
         upstream("triton_http", s.http_upstreams, keepalive=64, fail_timeout_s=s.fail_timeout_s),
         d("server", block=[
             d("listen", f"127.0.0.1:{s.grpc_port}", "http2"),
+            d("underscores_in_headers", "on"),   # Triton's `triton_grpc_error` stream header
             connect_timeout("grpc"),
-            *_checks(s, zones, "grpc"),
+            *_checks("grpc"),
             d("location", "=", GRPC_INFER, block=[d("access_by_lua", lua_call("grpc_infer")), grpc_pass, *grpc_retry]),
-            d("location", "=", GRPC_STREAM, block=[*streams, grpc_pass]),
+            d("location", "=", GRPC_STREAM, block=_stream_location(s, streams)),
             d("location", "~", f"^{re.escape(GRPC_SERVICE)}({'|'.join(GRPC_NAMED)})$",
               block=[d("access_by_lua", lua_call("grpc_model")), grpc_pass, *grpc_retry]),
-            d("location", "~", f"^{re.escape(GRPC_SERVICE)}({'|'.join(GRPC_OPEN)})$", block=[grpc_pass, *grpc_retry]),
-            d("location", "=", GRPC_HEALTH, block=[grpc_pass, *grpc_retry]),
+            d("location", "~", f"^{re.escape(GRPC_SERVICE)}({'|'.join(GRPC_OPEN)})$",
+              block=[count("grpc"), grpc_pass, *grpc_retry]),
+            d("location", "=", GRPC_HEALTH, block=[count("grpc"), grpc_pass, *grpc_retry]),
             d("location", "/", block=[d("return", 403)]),
             *[grpc_error(name, grpc_status, message) for name, grpc_status, _, message in refusals],
         ]),
@@ -224,17 +216,38 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
             d("proxy_http_version", "1.1"),
             d("proxy_set_header", "Connection", ""),   # keep upstream connections alive
             connect_timeout("proxy"),
-            *_checks(s, zones, "proxy"),
+            *_checks("proxy"),
             d("location", "~", HTTP_INFER, block=[d("access_by_lua", lua_call("http_infer", "ngx.var[1]")),
                                                   proxy_pass, *http_retry]),
             # generate_stream is server-sent events: each token goes on as it comes.
             d("location", "~", HTTP_STREAM, block=[*streams, d("access_by_lua", lua_call("http_generate", "ngx.var[1]")),
                                                    d("proxy_buffering", "off"), proxy_pass]),
-            d("location", "~", HTTP_SERVER, block=[proxy_pass, *http_retry]),
+            d("location", "~", HTTP_SERVER, block=[count("http"), proxy_pass, *http_retry]),
             d("location", "~", HTTP_MODEL, block=[d("access_by_lua", lua_call("http_model", "ngx.var[1]")),
                                                   proxy_pass, *http_retry]),
             d("location", "/", block=[d("return", 403)]),
             *[_http_error(name, http_status, message, *HTTP_EXTRA.get(name, ()))
               for name, _, http_status, message in refusals],
         ]),
+        # The stream admission's questions, on a unix socket only local processes reach (and with the key).
+        d("server", block=[
+            d("listen", f"unix:{workdir / CHARGE_SOCKET}"),
+            d("access_log", "off"),
+            d("location", "=", "/charge", block=[d("content_by_lua", lua_call("charge"))]),
+            d("location", "/", block=[d("return", 404)]),
+        ]),
     ], LOG_FIELDS, modules=tuple(module_paths()))
+
+
+def count(protocol: str) -> dict:
+    """Counts a call that names no model against its tenant's request rate."""
+    return d("access_by_lua", lua_call("count", f'"{protocol}"'))
+
+
+def _stream_location(s: TenantGatewaySettings, streams: list[dict]) -> list[dict]:
+    """gRPC streams go to the stream admission, which reads every message, with the caller's tenant."""
+    if not s.stream_port:
+        return [d("return", 503), d("error_page", 503, "=", "@no_streams")]
+    return [*streams, d("grpc_set_header", "Authorization", ""),   # a location's own headers replace the server's
+            d("grpc_set_header", STREAM_TENANT_HEADER, TENANT),
+            d("grpc_pass", f"grpc://127.0.0.1:{s.stream_port}")]

@@ -16,8 +16,10 @@ local cfg            -- hotpath.gateway.config's front_door.json: models, depth,
 local json           -- a cjson instance with the depth bound
 local counters       -- ngx.shared dict: in-flight calls and work per tenant and in total
 
-local GRPC_STATUS = { INVALID_ARGUMENT = 3, NOT_FOUND = 5, PERMISSION_DENIED = 7, UNAVAILABLE = 14 }
-local HTTP_STATUS = { INVALID_ARGUMENT = 400, NOT_FOUND = 404, PERMISSION_DENIED = 403, UNAVAILABLE = 503 }
+local GRPC_STATUS = { INVALID_ARGUMENT = 3, NOT_FOUND = 5, PERMISSION_DENIED = 7, RESOURCE_EXHAUSTED = 8,
+                      UNAVAILABLE = 14 }
+local HTTP_STATUS = { INVALID_ARGUMENT = 400, NOT_FOUND = 404, PERMISSION_DENIED = 403, RESOURCE_EXHAUSTED = 429,
+                      UNAVAILABLE = 503 }
 -- Largest magnitude of each integer type that a JSON number may carry unchanged (LuaJIT numbers are
 -- doubles: past 2^53 a value may already be rounded, so 64-bit inputs are held to that).
 local INT_RANGE = {
@@ -49,6 +51,14 @@ local function grpc_message(message)
 end
 
 local function refuse(protocol, code, message, retry_after)
+  if protocol == "charge" then   -- the stream admission's question: the answer is the body
+    ngx.status = 200
+    ngx.print(cjson.encode({ code = code, message = message, retry_after = retry_after }))
+    return ngx.exit(200)
+  end
+  if retry_after and protocol == "grpc" then
+    ngx.header["retry-after"] = retry_after
+  end
   if protocol == "grpc" then
     ngx.header["content-type"] = "application/grpc"
     ngx.header["grpc-status"] = GRPC_STATUS[code]
@@ -92,6 +102,90 @@ local function body()
   data = f:read("*a")
   f:close()
   return data
+end
+
+-- Rate limits: GCRA ----------------------------------------------------------------------------------
+-- The generic cell rate algorithm (as NGINX's limit_req and redis-cell): one stored time per key, the
+-- theoretical arrival time; a call of cost n is admitted when, after it, the key is at most `burst`
+-- units ahead of a steady `rate`. Requests and generated tokens are two keys per tenant; every inference
+-- request counts, a stream's messages included (the stream admission asks /charge for each).
+
+local function gcra(key, rate, burst, cost, now)
+  local interval = 1 / rate
+  local tat = math.max(counters:get(key) or now, now)
+  local new_tat = tat + cost * interval
+  local allow_at = new_tat - (burst + 1) * interval
+  if cost > burst + 1 then
+    return false, nil    -- never fits, at any wait
+  end
+  if now < allow_at then
+    return false, math.ceil(allow_at - now)
+  end
+  counters:set(key, new_tat, math.ceil(new_tat - now) + 1)
+  return true
+end
+
+local function limit(protocol, tenant, tokens)
+  local t = cfg.tenants[tenant]
+  local now = ngx.now()
+  local ok, retry = gcra("rate:" .. tenant, t.requests_per_s, t.burst, 1, now)
+  if not ok then
+    return refuse(protocol, "RESOURCE_EXHAUSTED", string.format(
+      "gateway: tenant request rate limit exceeded (%d/s, burst %d); retry after %d s",
+      t.requests_per_s, t.burst, retry), tostring(retry))
+  end
+  if tokens > 0 and t.tokens_per_min then
+    local per_s = t.tokens_per_min / 60
+    ok, retry = gcra("tokens:" .. tenant, per_s, t.tokens_per_min - 1, tokens, now)
+    if not ok then
+      if not retry then
+        return refuse(protocol, "INVALID_ARGUMENT", string.format(
+          "gateway: %d tokens asked, more than the tenant's %d tokens per minute", tokens, t.tokens_per_min))
+      end
+      return refuse(protocol, "RESOURCE_EXHAUSTED", string.format(
+        "gateway: tenant token limit exceeded (%d tokens per minute); retry after %d s", t.tokens_per_min, retry),
+        tostring(retry))
+    end
+  end
+end
+
+-- A call that names no model (health, server metadata) still counts against its tenant's rate.
+function M.count(protocol)
+  limit(protocol, ngx.var[cfg.tenant_variable], 0)
+end
+
+-- Tokens a generation request may produce: its max-tokens input, else the model's default.
+local function requested_tokens(model, value)
+  if not model.decoupled then
+    return 0
+  end
+  if type(value) == "table" then
+    value = value[1]
+  end
+  if type(value) == "number" and value >= 1 then
+    return math.floor(value)
+  end
+  return model.default_max_tokens or 1
+end
+
+-- The stream admission (hotpath.gateway.streams) asks here for each message of a gRPC stream; only it
+-- can reach this server (a unix socket beside nginx.conf) and it proves it with the run's key.
+function M.charge()
+  if ngx.var.http_x_hotpath_key ~= cfg.charge_key then
+    return ngx.exit(403)
+  end
+  local args = ngx.req.get_uri_args()
+  local tenant, name = args.tenant, args.model
+  if type(tenant) ~= "string" or not cfg.tenants[tenant] then
+    return refuse("charge", "PERMISSION_DENIED", "gateway: unknown tenant")
+  end
+  local model = cfg.models[name]
+  if not model then
+    return refuse("charge", "NOT_FOUND",
+      "gateway: unknown model '" .. tostring(name):sub(1, 128) .. "'; public endpoints: " .. cfg.public_list)
+  end
+  limit("charge", tenant, requested_tokens(model, tonumber(args.max_tokens)))
+  return refuse("charge", "OK", "")
 end
 
 -- Fair shares ----------------------------------------------------------------------------------------
@@ -214,24 +308,41 @@ local function fields(s, first, last, on_field)
   return pos == last + 1
 end
 
+-- The model's name, the first input's first dimension (the batch of a batched model), and whether every
+-- dimension of every input fits 0..2^31-1 (Triton 2.51 keeps a batch size in 32 bits: a first dimension of
+-- 2^32 + 1 with one item in it is served as a batch of 1).
 local function parse_infer_request(s, first, last)
-  local name, batch = nil, nil
+  local name, batch, dims_ok = nil, nil, true
+  local function dim(value)
+    if not value or value > MAX_DIM then
+      dims_ok = false
+    elseif batch == nil then
+      batch = value
+    end
+  end
   local ok = fields(s, first, last, function(number, wire, a, b)
     if number == 1 and wire == 2 then
       name = s:sub(a, b)
-    elseif number == 5 and wire == 2 and batch == nil then
+    elseif number == 5 and wire == 2 then
+      local first_input = batch == nil
       fields(s, a, b, function(n, w, x, y)
-        if n == 3 and batch == nil then
-          if w == 0 then
-            batch = x
-          elseif w == 2 then
-            batch = varint(s, x)
+        if n ~= 3 then return end
+        if w == 0 then
+          dim(x)
+        elseif w == 2 then
+          local pos = x
+          while pos <= y do
+            local value
+            value, pos = varint(s, pos)
+            dim(value)
+            if not value then break end
           end
         end
       end)
+      if not first_input and batch == nil then batch = 0 end
     end
   end)
-  return ok, name, batch
+  return ok, name, batch, dims_ok
 end
 
 function M.grpc_infer()
@@ -247,16 +358,21 @@ function M.grpc_infer()
   if length + 5 ~= #data then
     return refuse("grpc", "INVALID_ARGUMENT", "gateway: one ModelInferRequest message per call")
   end
-  local ok, name, batch = parse_infer_request(data, 6, #data)
+  local ok, name, batch, dims_ok = parse_infer_request(data, 6, #data)
   if not ok then
     return refuse("grpc", "INVALID_ARGUMENT", "gateway: malformed ModelInferRequest")
   end
   local model = public_model("grpc", name)
+  if not dims_ok then
+    return refuse("grpc", "INVALID_ARGUMENT", "gateway: an input's shape holds a dimension that is not 0..2^31-1")
+  end
   local work = 1
   if model.batched and batch and batch >= 1 then
     work = batch
   end
-  return admit("grpc", ngx.var[cfg.tenant_variable], work)
+  local tenant = ngx.var[cfg.tenant_variable]
+  limit("grpc", tenant, 0)   -- decoupled models are called on streams (hotpath.gateway.streams)
+  return admit("grpc", tenant, work)
 end
 
 -- ModelReady / ModelMetadata / ModelConfig: field 1 of the request names the model.
@@ -397,6 +513,16 @@ local function check_infer_json(doc, model, binary_bytes)
   return batch or 1
 end
 
+-- The JSON text, or a 400 naming why it does not parse (its nesting bound included).
+local function decode(text)
+  local doc, err = json.decode(text)
+  if doc == nil then
+    return refuse("http", "INVALID_ARGUMENT", "gateway: the JSON body does not parse (" ..
+      tostring(err):sub(1, 120) .. "; nesting is limited to " .. cfg.max_json_depth .. " levels)")
+  end
+  return doc
+end
+
 function M.http_infer(name)
   local model = public_model("http", name)
   local data = body()
@@ -412,11 +538,7 @@ function M.http_infer(name)
     end
     header_length = tonumber(declared)
   end
-  local doc, err = json.decode(header_length == #data and data or data:sub(1, header_length))
-  if doc == nil then
-    return refuse("http", "INVALID_ARGUMENT", "gateway: the JSON body does not parse (" ..
-      tostring(err):sub(1, 120) .. "; nesting is limited to " .. cfg.max_json_depth .. " levels)")
-  end
+  local doc = decode(header_length == #data and data or data:sub(1, header_length))
   local batch, why = check_infer_json(doc, model, #data - header_length)
   if not batch then
     return refuse("http", "INVALID_ARGUMENT", "gateway: " .. why)
@@ -425,7 +547,9 @@ function M.http_infer(name)
   if model.batched and batch >= 1 then
     work = batch
   end
-  return admit("http", ngx.var[cfg.tenant_variable], work)
+  local tenant = ngx.var[cfg.tenant_variable]
+  limit("http", tenant, 0)
+  return admit("http", tenant, work)
 end
 
 -- HTTP generate / generate_stream: a flat JSON object of input names (and 'parameters') to values.
@@ -434,11 +558,9 @@ function M.http_generate(name)
   if not model.decoupled then
     return refuse("http", "INVALID_ARGUMENT", "gateway: '" .. name .. "' is not a generation endpoint")
   end
-  local data = body()
-  local doc, err = json.decode(data or "")
+  local doc = decode(body() or "")
   if not is_object(doc) then
-    return refuse("http", "INVALID_ARGUMENT", "gateway: the body must be a JSON object (" ..
-      tostring(err or "not an object"):sub(1, 120) .. ")")
+    return refuse("http", "INVALID_ARGUMENT", "gateway: the body must be a JSON object")
   end
   for key, value in pairs(doc) do
     if key == "parameters" then
@@ -458,6 +580,7 @@ function M.http_generate(name)
       return refuse("http", "INVALID_ARGUMENT", "gateway: required input '" .. key .. "' is missing")
     end
   end
+  limit("http", ngx.var[cfg.tenant_variable], requested_tokens(model, doc[model.max_tokens_input or ""]))
 end
 
 return M

@@ -10,18 +10,26 @@ from __future__ import annotations
 
 import glob
 import json
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
 from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath.errors import HotpathError
+from hotpath.gateway.tenants import Tenant
 from hotpath.repository import Repository
 
 LUA_SOURCE = Path(__file__).with_name("front_door.lua")
 LUA_MODULE = "hotpath_front_door"        # its name in package.loaded (set in the master by init_by_lua)
 SHARED_DICT = "hotpath_admission"         # in-flight calls and work per tenant, shared by the workers
 CONFIG_FILE = "front_door.json"           # beside nginx.conf
+CHARGE_SOCKET = "charge.sock"             # beside nginx.conf: the stream admission asks /charge there
+STREAM_TENANT_HEADER = "x-hotpath-tenant"   # set by NGINX on streams it passes to the stream admission
+# text_generation's spec: the input that bounds the tokens a request generates, and the parameter giving
+# its default; a generation request is charged that many tokens against its tenant's tokens per minute.
+MAX_TOKENS_INPUT = "MAX_TOKENS"
+DEFAULT_MAX_TOKENS_PARAMETER = "default_max_tokens"
 # Triton 2.51's JSON parser segfaults on bodies nested ~100,000 deep (../shared/RUNTIME_NOTES.md); a
 # KServe request needs a handful of levels (body, inputs, tensor, nested data of rank <= 8).
 MAX_JSON_DEPTH = 32
@@ -38,11 +46,13 @@ class PublicModel:
     outputs: tuple[str, ...]
     max_batch_size: int                    # 0: not batched (the first dimension is not a batch)
     decoupled: bool
+    default_max_tokens: int = 0            # a generation endpoint's tokens when MAX_TOKENS is not given
 
     def describe(self) -> dict:
         return {"inputs": {n: {"datatype": t, "optional": o} for n, (t, o) in self.inputs.items()},
                 "outputs": {n: True for n in self.outputs}, "batched": self.max_batch_size > 0,
-                "decoupled": self.decoupled}
+                "decoupled": self.decoupled, "max_tokens_input": MAX_TOKENS_INPUT,
+                "default_max_tokens": self.default_max_tokens or 1}
 
 
 def kserve_datatype(data_type: int) -> str:
@@ -55,10 +65,15 @@ def public_models(repository: Repository | None = None) -> tuple[PublicModel, ..
     """The endpoints a client may call, from the repository's configs."""
     repository = repository or Repository()
     configs = repository.configs()
-    return tuple(PublicModel(e.name, {t.name: (kserve_datatype(t.data_type), t.optional) for t in configs[e.name].input},
-                             tuple(t.name for t in configs[e.name].output), configs[e.name].max_batch_size,
-                             configs[e.name].model_transaction_policy.decoupled)
-                 for e in repository.endpoints())
+    return tuple(_public(e.name, configs[e.name]) for e in repository.endpoints())
+
+
+def _public(name: str, config: mc.ModelConfig) -> PublicModel:
+    default = config.parameters[DEFAULT_MAX_TOKENS_PARAMETER].string_value \
+        if DEFAULT_MAX_TOKENS_PARAMETER in config.parameters else "0"
+    return PublicModel(name, {t.name: (kserve_datatype(t.data_type), t.optional) for t in config.input},
+                       tuple(t.name for t in config.output), config.max_batch_size,
+                       config.model_transaction_policy.decoupled, int(default))
 
 
 def work_cap(models: tuple[PublicModel, ...]) -> int:
@@ -67,14 +82,18 @@ def work_cap(models: tuple[PublicModel, ...]) -> int:
     return 2 * max([m.max_batch_size for m in models] + [1])
 
 
-def front_door_json(models: tuple[PublicModel, ...], weights: dict[str, int], max_calls: int, max_work: int,
-                    overloaded: str, tenant_variable: str) -> str:
+def front_door_json(models: tuple[PublicModel, ...], tenants: tuple[Tenant, ...], max_calls: int, max_work: int,
+                    overloaded: str, tenant_variable: str, charge_key: str) -> str:
     return json.dumps({
         "models": {m.name: m.describe() for m in models},
         "public_list": ", ".join(m.name for m in models),
-        "weights": weights, "max_calls": max_calls, "max_work": max_work,
+        "weights": {t.name: t.weight for t in tenants},
+        "tenants": {t.name: {"requests_per_s": t.requests_per_s, "burst": t.burst, "tokens_per_min": t.tokens_per_min}
+                    for t in tenants},
+        "max_calls": max_calls, "max_work": max_work,
         "max_json_depth": MAX_JSON_DEPTH, "shared_dict": SHARED_DICT,
         "overloaded": overloaded, "tenant_variable": tenant_variable,
+        "charge_key": charge_key or secrets.token_hex(16),   # no key given: nobody can charge
     }, sort_keys=True)
 
 

@@ -9,6 +9,7 @@
     requests_per_s = 200       # optional, overrides [defaults]
     burst = 100
     weight = 2                 # optional: its share of the server under contention, against the others'
+    tokens_per_min = 30000     # optional: tokens it may ask text generation for per minute (max tokens asked)
 
 Tokens are secrets: errors name the tenant, never the token, and `Tenant`'s repr leaves it out.
 """
@@ -26,6 +27,8 @@ from hotpath.errors import HotpathError
 DEFAULT_REQUESTS_PER_S = 100
 DEFAULT_BURST = 50
 DEFAULT_WEIGHT = 1
+DEFAULT_TOKENS_PER_MIN = 30000   # ~5 minutes of one CPU replica's generation (~100 tokens/s at c=8)
+KEYS = ("requests_per_s", "burst", "weight", "tokens_per_min")
 # NGINX's map compares strings case-insensitively, so a token's letters are lower-case only: what
 # the gateway accepts is exactly what the file says. 32 to 128 characters.
 TOKEN_PATTERN = re.compile(r"[a-z0-9_-]{32,128}")
@@ -40,6 +43,7 @@ class Tenant:
     requests_per_s: int = DEFAULT_REQUESTS_PER_S
     burst: int = DEFAULT_BURST
     weight: int = DEFAULT_WEIGHT   # share of in-flight calls and work while tenants contend (front_door.lua)
+    tokens_per_min: int = DEFAULT_TOKENS_PER_MIN   # generation: max tokens asked, per minute
 
 
 def new_token() -> str:
@@ -56,20 +60,21 @@ def _count(value, what: str, minimum: int) -> int:
 def parse_tenants(data: dict, source: str) -> tuple[Tenant, ...]:
     """Tenants from the parsed TOML; every problem names `source` and the tenant, never a token."""
     defaults = data.get("defaults", {})
-    unknown = (set(data) - {"defaults", "tenants"}) | (set(defaults) - {"requests_per_s", "burst", "weight"})
+    unknown = (set(data) - {"defaults", "tenants"}) | (set(defaults) - set(KEYS))
     if unknown:
         raise HotpathError(f"{source}: unknown key(s) {sorted(unknown)}")
     rate = _count(defaults.get("requests_per_s", DEFAULT_REQUESTS_PER_S), f"{source}: defaults.requests_per_s", 1)
     burst = _count(defaults.get("burst", DEFAULT_BURST), f"{source}: defaults.burst", 0)
     weight = _count(defaults.get("weight", DEFAULT_WEIGHT), f"{source}: defaults.weight", 1)
+    tokens = _count(defaults.get("tokens_per_min", DEFAULT_TOKENS_PER_MIN), f"{source}: defaults.tokens_per_min", 1)
     tenants, owners = [], {}
     for name, entry in (data.get("tenants") or {}).items():
         where = f"{source}: tenants.{name}"
         if not NAME_PATTERN.fullmatch(name) or name in RESERVED_NAMES:
             raise HotpathError(f"{where}: a tenant name is 1-64 characters of a-z, 0-9, _ and -, and not one of "
                                f"{sorted(RESERVED_NAMES)}")
-        if not isinstance(entry, dict) or set(entry) - {"token", "requests_per_s", "burst", "weight"}:
-            raise HotpathError(f"{where}: expected a table with token, requests_per_s, burst, weight")
+        if not isinstance(entry, dict) or set(entry) - {"token", *KEYS}:
+            raise HotpathError(f"{where}: expected a table with token, {', '.join(KEYS)}")
         token = entry.get("token")
         if not isinstance(token, str) or not TOKEN_PATTERN.fullmatch(token):
             raise HotpathError(f"{where}: token missing or malformed (32-128 characters of a-z, 0-9, _ and -; "
@@ -79,7 +84,8 @@ def parse_tenants(data: dict, source: str) -> tuple[Tenant, ...]:
         owners[token] = name
         tenants.append(Tenant(name, token, _count(entry.get("requests_per_s", rate), f"{where}.requests_per_s", 1),
                               _count(entry.get("burst", burst), f"{where}.burst", 0),
-                              _count(entry.get("weight", weight), f"{where}.weight", 1)))
+                              _count(entry.get("weight", weight), f"{where}.weight", 1),
+                              _count(entry.get("tokens_per_min", tokens), f"{where}.tokens_per_min", 1)))
     if not tenants:
         raise HotpathError(f"{source}: no [tenants.<name>] table: the gateway would refuse every call")
     return tuple(tenants)

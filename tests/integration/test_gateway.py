@@ -4,6 +4,9 @@ bound (the host is shared): latencies are compared within one run, on NGINX's ow
 the latency figures at 1x and 2x capacity come from hotpath/perf/studies/overload_gateway.py."""
 
 import json
+import os
+import queue
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -14,7 +17,16 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from hotpath.client import TOKEN_ENV, EmbeddingClient, GenerationClient, UnauthenticatedError, text_input
+from hotpath.client import (
+    TOKEN_ENV,
+    ClientError,
+    EmbeddingClient,
+    GenerationClient,
+    RetryPolicy,
+    UnauthenticatedError,
+    client_error,
+    text_input,
+)
 from hotpath.gateway.config import (
     ADMIN_ONLY,
     OVERLOADED,
@@ -24,15 +36,15 @@ from hotpath.gateway.config import (
     TenantGatewaySettings,
 )
 from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
+from hotpath.gateway.process import TenantGateway
 from hotpath.gateway.tenants import load_tenants, new_token
-from hotpath.nginx.process import LocalNginx
 from hotpath.perf.measure.open_loop import run_open_loop
 from hotpath.server.admin import admin_headers
 from hotpath.server.ports import free_ports
 from hotpath.slo import load_slos
 
 MODEL = "text_embedding"
-TOKENS = {"alpha": new_token(), "beta": new_token()}
+TOKENS = {"alpha": new_token(), "beta": new_token(), "gamma": new_token(), "delta": new_token()}
 
 
 def _bearer(tenant):
@@ -42,13 +54,16 @@ def _bearer(tenant):
 @pytest.fixture(scope="module")
 def gateway(triton, tmp_path_factory):
     path = tmp_path_factory.mktemp("gateway") / "tenants.toml"
-    # alpha: a rate far above what the open loop sends (only admission control refuses it); beta: 2/s.
+    # alpha: a rate far above what the open loop sends (only admission control refuses it); beta: 2/s;
+    # gamma: 100 generated tokens a minute; delta: like alpha, a second tenant for fair shares.
     path.write_text(f'[tenants.alpha]\ntoken = "{TOKENS["alpha"]}"\nrequests_per_s = 5000\nburst = 5000\n'
-                    f'[tenants.beta]\ntoken = "{TOKENS["beta"]}"\nrequests_per_s = 2\nburst = 3\n')
+                    f'[tenants.beta]\ntoken = "{TOKENS["beta"]}"\nrequests_per_s = 2\nburst = 3\n'
+                    f'[tenants.gamma]\ntoken = "{TOKENS["gamma"]}"\ntokens_per_min = 100\n'
+                    f'[tenants.delta]\ntoken = "{TOKENS["delta"]}"\nrequests_per_s = 5000\nburst = 5000\n')
     grpc_port, http_port = free_ports(2)
     settings = TenantGatewaySettings(grpc_port, http_port, (triton.grpc_url,), (triton.http_url,), load_tenants(path),
                                      admission_cap("cpu"), max_body_bytes(), stream_cap())
-    with LocalNginx(settings) as gw:
+    with TenantGateway(settings) as gw:
         yield gw
 
 
@@ -122,8 +137,10 @@ def test_the_rate_limit_refuses_one_tenant_with_its_own_status_while_another_is_
     # The first call, the burst of 3, and what 2/s refills while the calls run.
     assert 1 <= admitted <= 4 + int(2 * elapsed) + 1, (admitted, elapsed)
     refused = [s for s in statuses["beta"] if s != "OK"]
-    assert refused and set(refused) == {("RESOURCE_EXHAUSTED", RATE_LIMITED)}, statuses["beta"]
-    assert _http_status(gateway.http_url, b"rate beta over http", _bearer("beta")) == ("429", RATE_LIMITED)
+    assert refused and {status for status, _ in refused} == {"RESOURCE_EXHAUSTED"}, statuses["beta"]
+    assert all(message.startswith(RATE_LIMITED) and "retry after" in message for _, message in refused), refused
+    status, message = _http_status(gateway.http_url, b"rate beta over http", _bearer("beta"))
+    assert status == "429" and message.startswith(RATE_LIMITED), (status, message)
 
 
 def test_an_oversized_body_is_refused_by_the_gateway(gateway):
@@ -233,3 +250,119 @@ def test_twice_capacity_admits_no_more_calls_at_once_than_the_cap(overload, gate
     assert len(admitted) == len(result.of("OK")), (len(admitted), result.summary())
     most = _most_at_once(admitted)
     assert 1 <= most <= gateway.settings.in_flight_cap, (most, gateway.settings.in_flight_cap)
+
+
+def _stream_statuses(url, tenant, requests, model=MODEL, timeout_s=60):
+    """Send `requests` (lists of inputs) on ONE gRPC stream; the status of each answer, in arrival order
+    (the stream admission tags its refusals "gateway: [STATUS] ...")."""
+    answers = queue.Queue()
+    with grpcclient.InferenceServerClient(url) as client:
+        client.start_stream(callback=lambda result=None, error=None: answers.put(error), headers=_bearer(tenant))
+        for i, inputs in enumerate(requests):
+            client.async_stream_infer(model, inputs, request_id=str(i))
+        out = [answers.get(timeout=timeout_s) for _ in requests]
+        client.stop_stream()
+    return [("OK", "") if e is None else (client_error("stream", e).status or "", e.message()) for e in out]
+
+
+def test_every_message_of_a_stream_counts_against_the_tenant_rate(gateway):
+    """One stream carried 300 requests at 233/s for a tenant limited to 5 r/s (issue 25): now each message
+    is charged; beta (2/s, burst 3) gets about its rate however many messages one stream carries."""
+    time.sleep(2.5)   # beta's budget refills after the tests before
+    started = time.perf_counter()
+    statuses = _stream_statuses(gateway.grpc_url, "beta", [[text_input("TEXT", [f"stream {i}"])] for i in range(30)])
+    elapsed = time.perf_counter() - started
+    # Triton 2.51 itself answers a non-decoupled ensemble on a stream with an error ("response output count
+    # mismatch"): what counts here is what the gateway let through.
+    refused = [s for s in statuses if s[1].startswith("gateway: ")]
+    admitted = [s for s in statuses if not s[1].startswith("gateway: ")]
+    assert 1 <= len(admitted) <= 4 + int(2 * elapsed) + 1, (len(admitted), elapsed, statuses)
+    assert {s for s, _ in refused} == {"RESOURCE_EXHAUSTED"} and all(RATE_LIMITED.removeprefix("gateway: ") in m
+                                                                        for _, m in refused), refused
+
+
+def test_internal_step_models_are_not_reachable_through_the_gateway(gateway):
+    ids = np.array([[101, 2000, 102]], dtype=np.int64)
+    inputs = [grpcclient.InferInput("input_ids", ids.shape, "INT64"), grpcclient.InferInput(
+        "attention_mask", ids.shape, "INT64")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(ids)
+    for model in ("text_encoder", "tokenizer", "sentence_embedder", "image_preprocess", "no_such_model"):
+        status, message = _grpc_status(gateway.grpc_url, inputs, _bearer("alpha"), model=model)
+        assert status == "NOT_FOUND" and "public endpoints:" in message and "text_encoder" not in \
+            message.split("public endpoints:")[1], (model, status, message)
+        (answer,) = _stream_statuses(gateway.grpc_url, "alpha", [inputs], model=model)
+        assert answer[0] == "NOT_FOUND", (model, answer)
+        status, _ = _http(gateway.http_url, f"/v2/models/{model}/infer", "POST", {"inputs": []}, _bearer("alpha"))
+        assert status == 404, (model, status)
+    assert _grpc_status(gateway.grpc_url, [text_input("TEXT", ["still served"])], _bearer("alpha"))[0] == "OK"
+
+
+def test_generation_is_charged_its_tokens(gateway):
+    """gamma may ask 100 tokens a minute: 64 pass, 64 more are refused for now, 500 can never fit."""
+    with GenerationClient(gateway.grpc_url, token=TOKENS["gamma"]) as generation:
+        assert generation.generate("Say hello.", max_tokens=64).completion_tokens >= 1
+        with pytest.raises(ClientError) as later:
+            generation.generate("Say hello again.", max_tokens=64)
+        assert later.value.status == "RESOURCE_EXHAUSTED" and "tokens per minute" in str(later.value)
+    status, body = _http(gateway.http_url, "/v2/models/text_generation/generate", "POST",
+                         {"PROMPT": "hi", "MAX_TOKENS": 500}, _bearer("gamma"))
+    assert status == 400 and "more than the tenant's 100 tokens per minute" in body, (status, body)
+
+
+def test_a_json_body_nested_past_the_bound_is_400_and_triton_stays_up(gateway, triton):
+    """100,000 levels segfault Triton 2.51's JSON parser on /generate (and /infer at 150,000)."""
+    for path in (f"/v2/models/{MODEL}/infer", "/v2/models/text_generation/generate",
+                 "/v2/models/text_generation/generate_stream"):
+        request = urllib.request.Request(f"http://{gateway.http_url}{path}", method="POST",
+                                         data=b"[" * 150_000 + b"]" * 150_000, headers=_bearer("alpha"))
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=60)
+        assert refused.value.code == 400 and b"nesting" in refused.value.read(), path
+    assert triton.process.poll() is None
+    assert _grpc_status(triton.grpc_url, [text_input("TEXT", ["alive"])])[0] == "OK"
+
+
+def test_a_busy_tenant_does_not_starve_another(gateway):
+    """alpha keeps 8 max-size batches in flight (the whole in-flight cap, far under its rate); delta's small
+    calls meanwhile are all admitted (issue 25 saw 117 of 117 refused). Latency figures: the fairness study."""
+    batch = [f"alpha batch text {i} " * 20 for i in range(32)]
+    stop, errors = threading.Event(), []
+
+    def busy(worker):
+        with EmbeddingClient(gateway.grpc_url, token=TOKENS["alpha"]) as client:
+            client.retry = RetryPolicy(attempts=1)
+            while not stop.is_set():
+                try:
+                    client.embed([f"{worker} {t}" for t in batch])
+                except ClientError as exc:
+                    errors.append(exc.status)
+    threads = [threading.Thread(target=busy, args=(w,)) for w in range(8)]
+    for t in threads:
+        t.start()
+    try:
+        time.sleep(1.0)   # alpha fills the cap
+        delta = [_grpc_status(gateway.grpc_url, [text_input("TEXT", [f"delta {i}"])], _bearer("delta"))
+                 for i in range(20)]
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(60)
+    assert [s for s in delta if s[0] != "OK"] == [], delta
+    assert errors and set(errors) == {"UNAVAILABLE"}, "alpha was never held to its share"
+
+
+def test_bodies_spilled_to_disk_work_under_umask_077(triton, tmp_path):
+    """Started as root under umask 077, every body over client_body_buffer_size (1 MiB) got 500."""
+    path = tmp_path / "tenants.toml"
+    path.write_text(f'[tenants.alpha]\ntoken = "{TOKENS["alpha"]}"\n')
+    grpc_port, http_port = free_ports(2)
+    settings = TenantGatewaySettings(grpc_port, http_port, (triton.grpc_url,), (triton.http_url,), load_tenants(path))
+    old = os.umask(0o077)
+    try:
+        with TenantGateway(settings) as gw:
+            status, message = _http_status(gw.http_url, b"x" * (3 << 20), _bearer("alpha"))
+    finally:
+        os.umask(old)
+    # the model's own limit answers (max_text_bytes), not NGINX with 500
+    assert status == "400" and "bytes" in message, (status, message)

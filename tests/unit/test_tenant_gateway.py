@@ -41,7 +41,6 @@ from hotpath.gateway.config import (
     UNREACHABLE,
     TenantGatewaySettings,
     config,
-    rate_classes,
 )
 from hotpath.gateway.front_door import CONFIG_FILE, PublicModel
 from hotpath.gateway.limits import BODY_OVERHEAD_BYTES, admission_cap, little_cap, max_body_bytes, stream_cap
@@ -67,7 +66,7 @@ def _find(directives, name):
 def _settings(replicas=1, cap=8):
     return TenantGatewaySettings(8443, 8080, tuple(f"127.0.0.1:{9001 + 10 * i}" for i in range(replicas)),
                                  tuple(f"127.0.0.1:{9000 + 10 * i}" for i in range(replicas)), TENANTS, cap, 5 << 20,
-                                 max_streams=4)
+                                 max_streams=4, stream_port=9999)
 
 
 def test_tenants_file_with_defaults(tmp_path):
@@ -152,10 +151,6 @@ def test_admission_cap_is_littles_law_held_to_the_measured_concurrency(tmp_path)
     assert admission_cap("cpu") == 8   # perf/slo.toml: text_embedding 466.9/s (11 by Little's law) at concurrency 8
 
 
-def test_rate_classes_group_tenants_by_limit():
-    assert rate_classes(TENANTS) == [(500, 100, ["alpha", "gamma"]), (2, 3, ["beta"])]
-
-
 def _written(tmp_path, settings):
     for kind in TEMP_KINDS:
         (tmp_path / "tmp" / kind).mkdir(parents=True)
@@ -184,19 +179,10 @@ def test_config_parses_back_and_nginx_accepts_it(tmp_path, replicas):
     top = parsed["config"][0]["parsed"]
     token_maps = [m for m in _find(top, "map") if m["args"] == ["$http_authorization", "$hotpath_tenant"]]
     assert [d["args"] for d in token_maps[0]["block"]] == [[""], [str(tmp_path / TOKEN_MAP)]]
-    # Each tenant is the key of exactly one rate zone, with its own rate; every zone is applied with its burst.
-    zones = {z["args"][0]: z["args"] for z in _find(top, "limit_req_zone")}
-    keyed = {}
-    for m in _find(top, "map"):
-        if m["args"][1] in zones:
-            for entry in m["block"][1:]:
-                keyed.setdefault(entry["directive"], []).append(zones[m["args"][1]])
-    assert {n: [z[2] for z in zs] for n, zs in keyed.items()} == \
-        {"alpha": ["rate=500r/s"], "gamma": ["rate=500r/s"], "beta": ["rate=2r/s"]}
-    grpc, http = [s for s in _find(top, "server") if "block" in s]   # not the upstreams' `server` lines
+    # not the upstreams' `server` lines; the third server is the stream admission's unix socket
+    grpc, http, charge = [s for s in _find(top, "server") if "block" in s]
+    assert [d["args"] for d in charge["block"] if d["directive"] == "listen"] == [[f"unix:{tmp_path}/charge.sock"]]
     for server in (grpc, http):
-        applied = sorted(tuple(d["args"]) for d in server["block"] if d["directive"] == "limit_req")
-        assert applied == [("zone=rate_0", "burst=100", "nodelay"), ("zone=rate_1", "burst=3", "nodelay")]
         (check_token,) = [d for d in server["block"] if d["directive"] == "if"]
         assert check_token["args"] == ["$hotpath_tenant", "=", ""] and check_token["block"][0]["args"] == ["401"]
         assert any(d["directive"].endswith("_set_header") and d["args"] == ["Authorization", ""]
@@ -215,6 +201,10 @@ def test_config_parses_back_and_nginx_accepts_it(tmp_path, replicas):
         assert catch_all["block"] == [{"directive": "return", "args": ["403"], "line": catch_all["block"][0]["line"]}]
     door = json.loads((tmp_path / CONFIG_FILE).read_text())
     assert door["max_calls"] == 8 * replicas and door["weights"] == {"alpha": 1, "beta": 1, "gamma": 1}
+    # Each tenant has its own rate and burst (front_door.lua's GCRA), and a tokens-per-minute budget.
+    assert {n: (t["requests_per_s"], t["burst"]) for n, t in door["tenants"].items()} == \
+        {"alpha": (500, 100), "gamma": (500, 100), "beta": (2, 3)}
+    assert all(t["tokens_per_min"] > 0 for t in door["tenants"].values())
     assert set(door["models"]) == {e.name for e in Repository().endpoints()}, "only the public endpoints"
     assert "tokenizer" not in door["models"] and "text_encoder" not in door["models"]
     assert [d["args"] for d in _find(top, "client_max_body_size")] == [[str(5 << 20)]]
@@ -222,14 +212,14 @@ def test_config_parses_back_and_nginx_accepts_it(tmp_path, replicas):
     for loc in _find(grpc["block"], "location"):
         if loc["args"][0].startswith("@"):
             answers[loc["args"][0]] = {d["args"][1] for d in loc["block"] if d["args"][:1] == ["grpc-status"]}
-    assert answers == {"@unauthenticated": {"16"}, "@admin_only": {"7"}, "@rate_limited": {"8"},
+    assert answers == {"@unauthenticated": {"16"}, "@admin_only": {"7"}, "@no_streams": {"14"},
                        "@too_large": {"3"}, "@overloaded": {"14"}, "@streams_full": {"14"}, "@unreachable": {"14"}}
     http_codes = {loc["args"][0]: [d["args"][0] for d in loc["block"] if d["directive"] == "return"][0]
                   for loc in _find(http["block"], "location") if loc["args"][0].startswith("@")}
-    assert http_codes == {"@unauthenticated": "401", "@admin_only": "403", "@rate_limited": "429",
+    assert http_codes == {"@unauthenticated": "401", "@admin_only": "403", "@no_streams": "503",
                           "@too_large": "413", "@overloaded": "503", "@streams_full": "503", "@unreachable": "502"}
     pages = {tuple(d["args"]) for d in grpc["block"] if d["directive"] == "error_page"}
-    assert pages == {("401", "=", "@unauthenticated"), ("403", "=", "@admin_only"), ("429", "=", "@rate_limited"),
+    assert pages == {("401", "=", "@unauthenticated"), ("403", "=", "@admin_only"),
                      ("413", "=", "@too_large"), ("503", "=", "@overloaded"), ("502", "504", "=", "@unreachable")}
     # The failover policy of the replica balancer (hotpath.nginx.upstreams): inference, health and metadata
     # go to another replica when one fails; streams never do (a replayed stream would repeat its tokens).
@@ -316,9 +306,9 @@ def _http_body(path: str, model: str = "m") -> bytes:
 @pytest.fixture
 def bare_gateway():
     """The gateway with no server behind it: a call passed on meets no upstream (gRPC UNAVAILABLE / HTTP 502)."""
-    grpc_port, http_port, dead_grpc, dead_http = free_ports(4)
+    grpc_port, http_port, dead_grpc, dead_http, dead_streams = free_ports(5)
     settings = TenantGatewaySettings(grpc_port, http_port, (f"127.0.0.1:{dead_grpc}",), (f"127.0.0.1:{dead_http}",),
-                                     TENANTS, models=PUBLIC)
+                                     TENANTS, models=PUBLIC, stream_port=dead_streams)
     with LocalNginx(settings) as gateway, grpc.insecure_channel(gateway.grpc_url) as channel:
         def grpc_answer(path, model="m"):
             call = channel.stream_stream(path) if path.endswith("StreamInfer") else channel.unary_unary(path)

@@ -19,9 +19,9 @@ from hotpath.client import text_input
 from hotpath.errors import HotpathError
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.limits import admission_cap, max_body_bytes
+from hotpath.gateway.process import TenantGateway
 from hotpath.gateway.tenants import Tenant, new_token
 from hotpath.monitoring.endpoints import load_endpoints
-from hotpath.nginx.process import LocalNginx
 from hotpath.perf.measure.host_load import busiest, descendants, read_proc, require_quiet
 from hotpath.perf.measure.open_loop import OpenLoopResult, run_open_loop
 from hotpath.perf.studies import runner
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             grpc_port, http_port = free_ports(2)
             settings = TenantGatewaySettings(grpc_port, http_port, (triton.grpc_url,), (triton.http_url,),
                                              (Tenant("bench", token, 100_000, 100_000),), cap, max_body_bytes())
-            with LocalNginx(settings) as gateway:
+            with TenantGateway(settings) as gateway:
                 for factor in ((1, 2) if cap == caps[0] else (2,)):
                     logged, before = len(gateway.log()), read_proc()
                     rate = round(factor * slo.capacity_per_s)

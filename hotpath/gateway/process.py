@@ -1,0 +1,71 @@
+"""The tenant gateway as it runs: NGINX (hotpath.gateway.config) and the stream admission beside it."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+
+from hotpath.gateway.config import TenantGatewaySettings
+from hotpath.gateway.front_door import CHARGE_SOCKET
+from hotpath.gateway.streams import Charger, StreamAdmission
+from hotpath.nginx.access_log import LogEntry
+from hotpath.nginx.process import LocalNginx
+from hotpath.server.ports import free_ports
+
+
+class TenantGateway:
+    """NGINX on the settings' ports, and the stream admission on a free loopback port that only NGINX
+    calls; started and stopped together (`with TenantGateway(settings) as gateway:`)."""
+
+    def __init__(self, settings: TenantGatewaySettings):
+        port = settings.stream_port or free_ports(1)[0]
+        key = settings.charge_key or secrets.token_hex(16)
+        self.nginx = LocalNginx(dataclasses.replace(settings, stream_port=port, charge_key=key))
+        self.streams = StreamAdmission(port, settings.grpc_upstreams, Charger(self.nginx.dir / CHARGE_SOCKET, key))
+
+    @property
+    def settings(self) -> TenantGatewaySettings:
+        return self.nginx.settings
+
+    @property
+    def grpc_url(self) -> str:
+        return self.nginx.grpc_url
+
+    @property
+    def http_url(self) -> str:
+        return self.nginx.http_url
+
+    @property
+    def access_log(self):
+        return self.nginx.access_log
+
+    @property
+    def process(self):
+        return self.nginx.process
+
+    def log(self, start: int = 0, count: int = 0, timeout_s: float = 30.0) -> list[LogEntry]:
+        return self.nginx.log(start, count, timeout_s)
+
+    def reload(self, settings: TenantGatewaySettings) -> None:
+        """Serve new settings (tenants, limits) without dropping a call; the stream admission stays."""
+        self.nginx.reload(dataclasses.replace(settings, stream_port=self.settings.stream_port,
+                                              charge_key=self.settings.charge_key))
+
+    def start(self) -> "TenantGateway":
+        self.nginx.start()
+        try:
+            self.streams.start()
+        except BaseException:
+            self.nginx.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        self.streams.stop()
+        self.nginx.stop()
+
+    def __enter__(self) -> "TenantGateway":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

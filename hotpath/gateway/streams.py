@@ -1,0 +1,197 @@
+"""The stream admission: every message of a gRPC stream (ModelStreamInfer) counts against its tenant.
+
+NGINX cannot read the messages of a bidirectional stream, so the gateway passes each stream here, with
+the caller's tenant in STREAM_TENANT_HEADER. Each message is read as a ModelInferRequest (its model and,
+for generation, the tokens it may produce); front_door.lua's `/charge`, asked over the unix socket beside
+nginx.conf, applies the same checks and the same per-tenant budget as the unary calls (public endpoint,
+request rate, tokens per minute). An admitted message goes on to the replica the stream was opened to,
+unchanged; a refused one is answered on the stream as Triton answers a failed request there: an error
+response whose message starts with "gateway: [STATUS] " (hotpath.client reads the class from that tag),
+or, when the caller opened the stream with Triton's `triton_grpc_error` header, by ending the stream with
+that status. Responses go back unparsed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import threading
+import urllib.parse
+from pathlib import Path
+
+import grpc
+from google.protobuf.message import DecodeError
+from tritonclient.grpc import service_pb2
+
+from hotpath.gateway.front_door import MAX_TOKENS_INPUT, STREAM_TENANT_HEADER
+
+log = logging.getLogger(__name__)
+
+METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
+GRPC_ERROR_HEADER = "triton_grpc_error"   # Triton's opt-in: a stream's error ends it with its status code
+_HOP_HEADERS = {STREAM_TENANT_HEADER, "authorization", "content-type", "te", "user-agent", "grpc-accept-encoding",
+                "grpc-encoding", "grpc-timeout"}
+_INTEGER_CONTENTS = ("int_contents", "int64_contents", "uint_contents", "uint64_contents")
+MAX_DIM = 2**31 - 1
+_RAW_INTEGERS = {"INT32": "<i4", "INT64": "<i8", "UINT32": "<u4", "UINT64": "<u8"}
+
+
+def requested_tokens(request: service_pb2.ModelInferRequest) -> int:
+    """The MAX_TOKENS a generation request asks for (0 when absent or unreadable: front_door.lua then
+    charges the model's default; a malformed value is the model's to refuse)."""
+    for index, tensor in enumerate(request.inputs):
+        if tensor.name != MAX_TOKENS_INPUT:
+            continue
+        for field in _INTEGER_CONTENTS:
+            values = getattr(tensor.contents, field)
+            if values:
+                return max(0, int(values[0]))
+        dtype = _RAW_INTEGERS.get(tensor.datatype)
+        if dtype and index < len(request.raw_input_contents):
+            raw = request.raw_input_contents[index]
+            size = int(dtype[-1])
+            if len(raw) >= size:
+                return max(0, int.from_bytes(raw[:size], "little", signed=dtype[1] == "i"))
+    return 0
+
+
+def oversized(request: service_pb2.ModelInferRequest) -> tuple[str, str] | None:
+    """A dimension past 2^31-1 (Triton 2.51 keeps a batch size in 32 bits: 2^32 + 1 is served as 1)."""
+    if any(not 0 <= d <= MAX_DIM for tensor in request.inputs for d in tensor.shape):
+        return "INVALID_ARGUMENT", "gateway: an input's shape holds a dimension that is not 0..2^31-1"
+    return None
+
+
+def refusal_response(request: service_pb2.ModelInferRequest, code: str, message: str) -> bytes:
+    return service_pb2.ModelStreamInferResponse(
+        error_message=f"gateway: [{code}] {message.removeprefix('gateway: ')}",
+        infer_response=service_pb2.ModelInferResponse(model_name=request.model_name,
+                                                      model_version=request.model_version,
+                                                      id=request.id)).SerializeToString()
+
+
+class Charger:
+    """Asks front_door.lua's /charge over NGINX's unix socket: None when admitted, else (code, message)."""
+
+    def __init__(self, socket_path: Path, key: str):
+        self.socket_path, self.key = str(socket_path), key
+
+    async def __call__(self, tenant: str, model: str, max_tokens: int) -> tuple[str, str] | None:
+        query = urllib.parse.urlencode({"tenant": tenant, "model": model, "max_tokens": max_tokens})
+        reader, writer = await asyncio.open_unix_connection(self.socket_path)
+        try:
+            writer.write(f"GET /charge?{query} HTTP/1.0\r\nHost: gateway\r\nX-Hotpath-Key: {self.key}\r\n\r\n".encode())
+            await writer.drain()
+            raw = await reader.read()
+        finally:
+            writer.close()
+        head, _, body = raw.partition(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.") or head.split(b" ", 2)[1] != b"200":
+            return "UNAVAILABLE", "gateway: the stream admission could not be checked"
+        answer = json.loads(body)
+        return None if answer["code"] == "OK" else (answer["code"], answer["message"])
+
+
+class StreamAdmission:
+    """A grpc.aio server on loopback relaying ModelStreamInfer to the replicas, message by message."""
+
+    def __init__(self, port: int, upstreams: tuple[str, ...], charger: Charger):
+        self.port, self.upstreams, self.charge = port, upstreams, charger
+        self._next = itertools.cycle(range(len(upstreams)))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._server: grpc.aio.Server | None = None
+        self._channels: list[grpc.aio.Channel] = []
+
+    async def _relay(self, requests, context: grpc.aio.ServicerContext):
+        metadata = dict(context.invocation_metadata())
+        tenant = metadata.get(STREAM_TENANT_HEADER, "")
+        end_on_error = metadata.get(GRPC_ERROR_HEADER, "").lower() == "true"
+        forward = tuple((k, v) for k, v in metadata.items() if k not in _HOP_HEADERS)
+        channel = self._channels[next(self._next)]
+        upstream = channel.stream_stream(METHOD, request_serializer=None, response_deserializer=None)(
+            metadata=forward)
+        out: asyncio.Queue = asyncio.Queue()
+        done = object()
+
+        async def pump_in():
+            try:
+                async for raw in requests:
+                    request = service_pb2.ModelInferRequest.FromString(raw)
+                    refused = oversized(request) or await self.charge(tenant, request.model_name,
+                                                                      requested_tokens(request))
+                    if refused is None:
+                        await upstream.write(raw)
+                    elif end_on_error:
+                        await out.put(refused)
+                        return
+                    else:
+                        await out.put(refusal_response(request, *refused))
+                await upstream.done_writing()
+            except DecodeError:
+                await out.put(("INVALID_ARGUMENT", "gateway: a stream message is not a ModelInferRequest"))
+            except Exception as exc:   # the upstream went away
+                await out.put(("UNAVAILABLE", f"gateway: stream ended: {type(exc).__name__}"))
+
+        async def pump_out():
+            try:
+                async for raw in upstream:
+                    await out.put(raw)
+            except grpc.aio.AioRpcError as exc:
+                await out.put((exc.code().name, exc.details() or ""))
+            await out.put(done)
+
+        tasks = [asyncio.ensure_future(pump_in()), asyncio.ensure_future(pump_out())]
+        try:
+            while True:
+                item = await out.get()
+                if item is done:
+                    return
+                if isinstance(item, tuple):   # end the stream with this status
+                    await context.abort(getattr(grpc.StatusCode, item[0], grpc.StatusCode.UNKNOWN), item[1])
+                yield item
+        finally:
+            upstream.cancel()
+            for task in tasks:
+                task.cancel()
+
+    async def _serve(self, started: threading.Event) -> None:
+        self._channels = [grpc.aio.insecure_channel(u) for u in self.upstreams]
+        handler = grpc.method_handlers_generic_handler("inference.GRPCInferenceService", {
+            "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(self._relay)})
+        self._server = grpc.aio.server(options=[("grpc.max_receive_message_length", -1),
+                                                ("grpc.max_send_message_length", -1)])
+        self._server.add_generic_rpc_handlers((handler,))
+        self._server.add_insecure_port(f"127.0.0.1:{self.port}")
+        await self._server.start()
+        self._stopping = asyncio.Event()
+        started.set()
+        grace_s = await self._wait_stop()
+        await self._server.stop(grace_s)
+        for channel in self._channels:
+            await channel.close()
+
+    async def _wait_stop(self) -> float:
+        await self._stopping.wait()
+        return self._grace_s
+
+    def start(self) -> "StreamAdmission":
+        """Serve on a thread of its own (its event loop), until stop()."""
+        started = threading.Event()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_until_complete, args=(self._serve(started),),
+                                        name="stream-admission", daemon=True)
+        self._thread.start()
+        if not started.wait(10):
+            raise RuntimeError("the stream admission did not start")
+        return self
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        if self._loop is None or self._server is None:
+            return
+        self._grace_s = grace_s
+        self._loop.call_soon_threadsafe(self._stopping.set)
+        self._thread.join(grace_s + 10)   # the loop stops the server, closes the upstream channels and ends
+        self._loop = None
