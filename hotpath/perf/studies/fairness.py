@@ -1,0 +1,146 @@
+"""Fair shares at the tenant gateway: a small tenant's latency while another saturates the replica with
+max-size batches; appends a dated section to perf/reports/fairness.md (earlier sections are kept).
+
+    .venv/bin/hotpath study fairness [--duration 15] [--rate 20] [--busy-workers 8] [--allow-busy]
+
+One tritonserver serving text_embedding; the small tenant sends one short unique text at `--rate`/s
+(open loop) for `--duration` s: alone, then while the busy tenant keeps `--busy-workers` calls of 32
+texts (the endpoint's max batch) in flight through the gateway, then the same busy load sent to Triton
+directly (no gateway: what the small tenant meets without fair shares).
+"""
+
+import os
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+
+from hotpath import paths
+from hotpath.client import ClientError, EmbeddingClient, RetryPolicy, text_input
+from hotpath.errors import HotpathError
+from hotpath.gateway.config import TenantGatewaySettings
+from hotpath.gateway.limits import admission_cap, max_body_bytes
+from hotpath.gateway.process import TenantGateway
+from hotpath.gateway.tenants import Tenant, new_token
+from hotpath.monitoring.endpoints import load_endpoints
+from hotpath.perf.measure.host_load import require_quiet
+from hotpath.perf.measure.open_loop import OpenLoopResult, run_open_loop
+from hotpath.perf.studies import runner
+from hotpath.server.ports import ServerPorts, free_ports
+from hotpath.server.process import LocalTriton
+from hotpath.server.subset import linked
+
+REPORT = paths.ROOT / "perf" / "reports" / "fairness.md"
+MODEL = "text_embedding"
+BATCH = 32   # text_embedding's max_batch_size
+TEXT = "fairness study {} {}: a unique text so that the response cache never answers"
+
+
+class BusyTenant:
+    """`workers` threads each keeping one max-size batch in flight until stopped; counts outcomes."""
+
+    def __init__(self, url: str, token: str | None, workers: int):
+        self.url, self.token, self.workers = url, token, workers
+        self.stop, self.served, self.refused, self.other = threading.Event(), 0, 0, 0
+        self.threads = [threading.Thread(target=self._run, args=(w,), daemon=True) for w in range(workers)]
+
+    def _run(self, worker: int) -> None:
+        with EmbeddingClient(self.url, token=self.token, retry=RetryPolicy(attempts=1)) as client:
+            i = 0
+            while not self.stop.is_set():
+                try:
+                    client.embed([TEXT.format(f"busy {worker} {i}", j) * 4 for j in range(BATCH)])
+                    self.served += 1
+                except ClientError as exc:
+                    if exc.status == "UNAVAILABLE":
+                        self.refused += 1
+                        time.sleep(0.005)   # a client's retry pause
+                    else:
+                        self.other += 1
+                i += 1
+
+    def __enter__(self) -> "BusyTenant":
+        for t in self.threads:
+            t.start()
+        time.sleep(1.0)   # the batches fill the server
+        self.started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.elapsed = time.perf_counter() - self.started
+        self.stop.set()
+        for t in self.threads:
+            t.join(60)
+
+
+def _row(name: str, r: OpenLoopResult, busy: BusyTenant | None) -> str:
+    refused = len(r.outcomes) - len(r.of("OK"))
+    busy_cell = "-" if busy is None else (f"{busy.served * BATCH / busy.elapsed:.0f} texts/s, "
+                                          f"{busy.refused} refused, {busy.other} other")
+    return (f"| {name} | {len(r.outcomes)} | {refused} | {r.latency_ms('OK', 50):.1f} | {r.latency_ms('OK', 95):.1f} "
+            f"| {busy_cell} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = runner.parser("fairness", __doc__)
+    parser.add_argument("--duration", type=float, default=15.0, help="seconds per open-loop run")
+    parser.add_argument("--rate", type=float, default=20.0, help="the small tenant's requests/s")
+    parser.add_argument("--busy-workers", type=int, default=8, help="max-size batches the busy tenant keeps in flight")
+    args = parser.parse_args(argv)
+    try:
+        quiet = require_quiet(args.allow_busy)
+    except HotpathError as exc:
+        print(f"[fairness] {exc}", file=sys.stderr)
+        return 75
+    tokens = {"small": new_token(), "busy": new_token()}
+    tenants = tuple(Tenant(name, token, 100_000, 100_000) for name, token in tokens.items())
+    repository = linked(next(e for e in load_endpoints("cpu") if e.name == MODEL).models)
+    rows, p95 = [], {}
+    with LocalTriton(repository, ServerPorts(*free_ports(3)), log=lambda m: None) as triton:
+        run_open_loop(triton.grpc_url, MODEL, lambda i: [text_input("TEXT", [TEXT.format("warm", i)])], 100, 3)
+        grpc_port, http_port = free_ports(2)
+        settings = TenantGatewaySettings(grpc_port, http_port, (triton.grpc_url,), (triton.http_url,), tenants,
+                                         admission_cap("cpu"), max_body_bytes())
+        with TenantGateway(settings) as gateway:
+            small = {"authorization": f"Bearer {tokens['small']}"}
+
+            def measure(tag: str) -> OpenLoopResult:
+                r = run_open_loop(gateway.grpc_url, MODEL, lambda i: [text_input("TEXT", [TEXT.format(tag, i)])],
+                                  args.rate, args.duration, headers=small)
+                print(f"[fairness] {tag}: {r.summary()}", flush=True)
+                return r
+
+            alone = measure("alone")
+            rows.append(_row("small tenant alone", alone, None))
+            p95["alone"] = alone.latency_ms("OK", 95)
+            with BusyTenant(gateway.grpc_url, tokens["busy"], args.busy_workers) as busy:
+                shared = measure("with busy tenant, gateway")
+            rows.append(_row("beside the busy tenant, both through the gateway", shared, busy))
+            p95["gateway"] = shared.latency_ms("OK", 95)
+            with BusyTenant(triton.grpc_url, None, args.busy_workers) as busy:
+                unshared = measure("with busy tenant on Triton directly")
+            rows.append(_row("beside the busy tenant sent to Triton directly (no fair share)", unshared, busy))
+            p95["direct"] = unshared.latency_ms("OK", 95)
+    section = "\n".join([
+        "",
+        f"## Fair shares ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)",
+        "",
+        f"`.venv/bin/hotpath study fairness --duration {args.duration:g} --rate {args.rate:g} --busy-workers "
+        f"{args.busy_workers}`: a tritonserver serving {MODEL} behind the tenant gateway (cap "
+        f"{settings.in_flight_cap} calls, {settings.work_cap} texts in flight; two tenants of weight 1, rate limits "
+        f"that never bite). The small tenant sends one short text at {args.rate:g}/s; the busy tenant keeps "
+        f"{args.busy_workers} calls of {BATCH} texts in flight. Host: {quiet.summary()}; {os.cpu_count()} cores "
+        "shared by client, NGINX and server.",
+        "",
+        "| small tenant | requests | refused | p50 ms | p95 ms | busy tenant |",
+        "|---|---:|---:|---:|---:|---|",
+        *rows,
+        "",
+        f"p95 beside the busy tenant / alone: {p95['gateway'] / p95['alone']:.2f}x through the gateway, "
+        f"{p95['direct'] / p95['alone']:.2f}x without it.",
+        "",
+    ])
+    old = REPORT.read_text().rstrip("\n") + "\n" if REPORT.exists() else "# Fair shares at the tenant gateway\n"
+    REPORT.write_text(old + section)
+    print(f"[fairness] appended to {REPORT.relative_to(paths.ROOT)}")
+    return 0
