@@ -24,6 +24,7 @@ from __future__ import annotations
 import io
 import json
 import random
+import re
 import struct
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -38,6 +39,62 @@ REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
 PUBLIC = ("text_embedding", "text_embedding_exact", "image_classification", "retrieval", "text_generation")
 INTERNAL = ("tokenizer", "text_encoder", "sentence_embedder", "image_preprocess", "image_classifier")
 BOTH = ("direct", "gateway")
+# What Triton 2.51 itself answers wrong before any model of ours sees the request, so that only the
+# gateway can refuse it: such cases are sent through the gateway only. (case id pattern, reason)
+JSON_500 = ("Triton 2.51's HTTP frontend answers a body it cannot parse or type-check with 500 (its JSON errors are "
+            "INTERNAL) before any model sees it")
+# Groups (Case.group) whose direct answer was such a 500 on 2026-12-03, besides the kinds that are that whole.
+JSON_500_KINDS = ("body", "truncated", "nesting", "inputs-type", "missing-field", "name-type", "datatype-type",
+                  "shape-type", "data-type", "id", "structure")
+JSON_500_GROUPS = frozenset((
+    "http-TOP_K-json-NoneType-None", "http-TOP_K-json-bool-True", "http-TOP_K-json-float-1_5",
+    "http-TOP_K-json-float-3_0", "http-TOP_K-json-float-inf", "http-TOP_K-json-int-18446744073709551619",
+    "http-TOP_K-json-str-3", "http-binary-size-float", "http-binary-size-negative", "http-binary-size-null",
+    "http-binary-size-string", "http-binary-size-uint64-past", "http-datatype-FP64", "http-datatype-INT32",
+    "http-generate-SEED-18446744073709551617", "http-generate-SEED-1_5", "http-generate-SEED-x",
+    "http-generate-TOP_P-x", "http-generate-array", "http-generate-brace", "http-generate-empty",
+    "http-generate-max-tokens-1_5", "http-generate-max-tokens-string", "http-generate-null", "http-generate-number",
+    "http-generate-parameters-string", "http-generate-prompt-null", "http-generate_stream-TEMPERATURE-nan",
+    "http-generate_stream-TEMPERATURE-x", "http-generate_stream-brace", "http-generate_stream-max-tokens-wrap64",
+    "http-generate_stream-number", "http-generate_stream-prompt-number", "http-generate_stream-prompt-object",
+    "http-generate_stream-stop-number", "http-generate_stream-truncated", "http-header-length-exp",
+    "http-header-length-minus-one", "http-header-length-missing", "http-header-length-plus-one",
+    "http-internal-generate", "http-outputs-binary-not-bool", "http-outputs-classification-negative",
+    "http-outputs-classification-string", "http-outputs-no-name", "http-outputs-null-name", "http-outputs-number",
+    "http-outputs-string", "http-parameters-binary-output-not-bool", "http-parameters-list",
+    "http-parameters-priority-negative", "http-parameters-priority-uint64-past",
+    "http-parameters-sequence-id-negative", "http-parameters-sequence-start-string", "http-parameters-string",
+    "http-parameters-timeout-huge", "http-parameters-timeout-negative", "http-shape-exp-number", "http-shape-float",
+    "http-shape-int64-min", "http-shape-minus-two", "http-shape-negative", "http-shape-nested",
+    "http-shape-null-dim", "http-shape-string", "http-shape-uint64-past",
+))
+TRITON_LIMITS = (
+    (r"(http|grpc|stream)-\w+-outputs-classification-bytes-output",
+     "crash: the classification extension on a BYTES output kills tritonserver (SIGFPE)"),
+    (r"(grpc|stream)-\w+-protobuf-(garbage|ff|truncated|length-lies)(-\d+)?",
+     "Triton 2.51 answers a gRPC message it cannot parse INTERNAL 'Unable to parse request' (on a stream it drops "
+     "it without an answer)"),
+    (r"http-\w+-(headers-huge-value|chunked-bad-size|chunked-size-overflow|model-name-long|target-asterisk|"
+     r"target-no-slash|target-raw-space)(-\d+)?",
+     "Triton 2.51's HTTP server closes the connection without an answer (or waits forever) on a request line, "
+     "header or chunk size it cannot read"),
+    (r"http-\w+-(body-empty|shape-uint32-wrap|header-length-(hex|empty|float|abc|zero)|headers-gzip-not-gzip|"
+     r"headers-deflate-not-deflate|data-count-nested-deeper|generate(_stream)?-deep-1000)(-\d+)?",
+     "Triton 2.51's HTTP frontend reads it as another request (an empty body or an undecodable one as empty "
+     "text, a shape wrapped to 32 bits, a header length it cannot parse as none, nested arrays of any depth "
+     "flattened) before any model sees it"),
+)
+
+
+def triton_limit(case: "Case") -> str:
+    """Why only the gateway can answer the case right ('' when Triton itself can)."""
+    for pattern, reason in TRITON_LIMITS:
+        if re.fullmatch(pattern, case.id):
+            return reason
+    if case.protocol == "http" and (case.group in JSON_500_GROUPS or case.kind in JSON_500_KINDS
+                                    and case.group != "http-body-valid"):
+        return JSON_500
+    return ""
 GATEWAY_ONLY = ("gateway",)
 
 DTYPES = {  # config enum name -> (KServe datatype, numpy dtype, ModelInferRequest contents field)
@@ -147,6 +204,8 @@ class Case:
     messages: tuple[GrpcMessage, ...] = ()   # grpc: one; grpc_stream: the malformed one(s) then a canary
     canary: int | None = None           # index in messages of the valid message that must succeed (streams)
     group: str = ""                     # the same malformation aimed at other endpoints shares it
+    direct_limit: str = ""              # why only the gateway can answer it right (then paths is gateway-only)
+    crashes_triton: bool = False        # Triton 2.51 dies of it (sent through the gateway only, last)
 
     def describe(self) -> str:
         if self.http:
@@ -350,6 +409,9 @@ class Builder:
     def add(self, case: Case) -> None:
         prefix, rest = case.id.split("-", 1)
         case = replace(case, group=prefix + "-" + rest.removeprefix(case.endpoint + "-"))
+        limit = triton_limit(case)
+        if limit:
+            case = replace(case, paths=GATEWAY_ONLY, direct_limit=limit, crashes_triton=limit.startswith("crash"))
         base, n = case.id, 2
         while case.id in self._ids:
             case = replace(case, id=f"{base}-{n}")
@@ -392,6 +454,12 @@ class Builder:
 
 def http_infer_cases(b: Builder, model: str) -> None:
     ep = endpoint(model)
+    if ep.decoupled:   # Triton answers /infer for a decoupled model 501 before it reads the body
+        doc, tail = infer_json(good_inputs(model))
+        body = json.dumps(doc).encode()
+        for name, raw in {"valid": body, "brace": b"{", "empty": b"", "deep-1000": nested(1000).encode()}.items():
+            b.http(model, "infer-decoupled", name, raw, None)
+        return
     good = good_inputs(model)
     c = clean(model)
     if ep.decoupled:
@@ -411,7 +479,8 @@ def http_infer_cases(b: Builder, model: str) -> None:
                       "bom": b"\xef\xbb\xbf" + body, "trailing-garbage": body + b"}}garbage",
                       "two-docs": body + body, "single-quotes": body.replace(b'"', b"'"),
                       "nan-literal": b'{"inputs": NaN}', "comment": b"/*x*/" + body}.items():
-        b.http(model, "body", name, raw, None, headers=hdrs if name in ("bom", "trailing-garbage", "comment") else ())
+        b.http(model, "body", name, raw, c_http if name == "bom" else None,
+               headers=hdrs if name in ("bom", "trailing-garbage", "comment") else ())
     header = json.dumps(doc).encode()
     for cut in sorted({1, 2, len(header) // 3, len(header) // 2, len(header) - 2, len(header) - 1,
                        rng.randrange(3, len(header) - 3)}):
@@ -486,7 +555,7 @@ def http_infer_cases(b: Builder, model: str) -> None:
     # inputs: unknown, extra, duplicated, missing, wrong-case names
     variant("inputs", "unknown-name", lambda d: d["inputs"][0].__setitem__("name", "BOGUS"))
     variant("inputs", "lowercase-name", lambda d: d["inputs"][0].__setitem__("name", first.name.lower()))
-    variant("inputs", "name-with-nul", lambda d: d["inputs"][0].__setitem__("name", first.name + "\x00"))
+    variant("inputs", "name-with-nul", lambda d: d["inputs"][0].__setitem__("name", first.name + "\x00"), expect=c_http)
     variant("inputs", "extra-input", lambda d: d["inputs"].append(
         {"name": "BOGUS", "shape": [1, 1], "datatype": "BYTES", "data": ["x"]}))
     if json_ok:
@@ -501,24 +570,27 @@ def http_infer_cases(b: Builder, model: str) -> None:
             doc2 = {"inputs": []}
         b.http_doc(model, "inputs", f"missing-{spec.name}", doc2, None, tail2)
     # outputs
-    out0 = ep.outputs[0]
+    out0 = next(o for o in ep.outputs if o not in ("LABELS", "IDS", "DOCUMENTS", "TEXT_DELTA", "FINISH_REASON"))
+    valid_outputs = ("duplicated",)
     for name, outs in {"unknown": [{"name": "BOGUS"}], "string": "EMBEDDING", "null-name": [{"name": None}],
                        "no-name": [{}], "number": [1], "duplicated": [{"name": out0}, {"name": out0}],
                        "binary-not-bool": [{"name": out0, "parameters": {"binary_data": "yes"}}],
-                       "classification-huge": [{"name": out0, "parameters": {"classification": 10**6}}],
+
                        "classification-negative": [{"name": out0, "parameters": {"classification": -5}}],
                        "classification-string": [{"name": out0, "parameters": {"classification": "x"}}],
                        "classification-bytes-output": [{"name": next((o for o in ep.outputs if o in
                                                                      ("LABELS", "IDS", "DOCUMENTS", "TEXT_DELTA")),
                                                                     out0), "parameters": {"classification": 2}}]}.items():
-        variant("outputs", name, lambda d, v=outs: d.__setitem__("outputs", v))
+        variant("outputs", name, lambda d, v=outs: d.__setitem__("outputs", v),
+                expect=clean(model, good, (out0,)) if name in valid_outputs and c_http else None)
     # request-level fields
     for name, params in {"string": "x", "list": [1], "binary-output-not-bool": {"binary_data_output": "yes"},
                         "sequence-id-negative": {"sequence_id": -1}, "sequence-start-string": {"sequence_start": "x"},
                         "priority-uint64-past": {"priority": 2**64 + 1}, "priority-negative": {"priority": -1},
                         "timeout-negative": {"timeout": -1}, "timeout-huge": {"timeout": 2**64},
                         "shm-region-unknown": {"shared_memory_region": "nope"}}.items():
-        variant("parameters", name, lambda d, v=params: d.__setitem__("parameters", v))
+        variant("parameters", name, lambda d, v=params: d.__setitem__("parameters", v),
+                expect=None if name in ("string", "list") else c_http)
     variant("parameters", "input-shm-unknown", lambda d: d["inputs"][0].setdefault("parameters", {}).update(
         shared_memory_region="nope", shared_memory_byte_size=8))
     variant("parameters", "input-shm-size-negative", lambda d: d["inputs"][0].setdefault("parameters", {}).update(
@@ -537,7 +609,8 @@ def http_infer_cases(b: Builder, model: str) -> None:
                         "huge": b"18446744073709551617", "float": f"{hlen}.5".encode(), "hex": hex(hlen).encode(),
                         "plus-one": str(hlen + 1).encode(), "minus-one": str(hlen - 1).encode(), "empty": b"",
                         "spaces": f" {hlen} ".encode(), "exp": b"1e3"}.items():
-        b.http(model, "header-length", name, valid_b, None, headers=[(b"Inference-Header-Content-Length", value)])
+        b.http(model, "header-length", name, valid_b, c_http if name in ("spaces",) else None,
+               headers=[(b"Inference-Header-Content-Length", value)])
     # a binary body sent without the header: the JSON parser sees the tail
     b.http(model, "header-length", "missing", valid_b, None)
     size = len(tail_b)
@@ -566,8 +639,8 @@ def http_infer_cases(b: Builder, model: str) -> None:
             b.http(model, "binary-bytes", name, hb + raw + rest, None,
                    headers=[(b"Inference-Header-Content-Length", str(len(hb)).encode())])
     # content encodings and types
-    b.http(model, "headers", "gzip-not-gzip", body, None, headers=[*hdrs, (b"Content-Encoding", b"gzip")])
-    b.http(model, "headers", "deflate-not-deflate", body, None, headers=[*hdrs, (b"Content-Encoding", b"deflate")])
+    b.http(model, "headers", "gzip-not-gzip", body, c_http, headers=[*hdrs, (b"Content-Encoding", b"gzip")])
+    b.http(model, "headers", "deflate-not-deflate", body, c_http, headers=[*hdrs, (b"Content-Encoding", b"deflate")])
     b.http(model, "headers", "unknown-encoding", body, c_http if False else None,
            headers=[*hdrs, (b"Content-Encoding", b"br")])
     import gzip as _gzip
@@ -580,7 +653,7 @@ def http_infer_cases(b: Builder, model: str) -> None:
     b.http(model, "headers", "non-ascii-value", body, c_http, headers=[*hdrs, (b"X-Note", "ünïcødé".encode())])
     b.http(model, "headers", "huge-value", body, c_http, headers=[*hdrs, (b"X-Pad", b"a" * 20_000)])
     b.http(model, "headers", "many", body, c_http, headers=[*hdrs, *[(f"X-H{i}".encode(), b"v") for i in range(150)]])
-    b.http(model, "headers", "header-length-twice", valid_b, None,
+    b.http(model, "headers", "header-length-twice", valid_b, c_http,
            headers=[(b"Inference-Header-Content-Length", str(hlen).encode()),
                     (b"Inference-Header-Content-Length", b"7")])
     chunks = b"".join(f"{len(body[i:i + 50]):x}\r\n".encode() + body[i:i + 50] + b"\r\n"
@@ -613,11 +686,16 @@ def numeric_cases(b: Builder, model: str, name: str, rules: dict) -> None:
         for e in d["inputs"]:
             if e["name"] == name:
                 e["data"] = [value]
-        body = json.dumps(d).encode().replace(b"1e999", b"1e999")
-        b.http_doc(model, f"{name}-json", label, d, c_http, tail)
+        if ep.decoupled:   # /infer is 501 for it: the value over generate_stream
+            gen = {"PROMPT": "Say hi.", "MAX_TOKENS": 2, name: value}
+            b.http(model, f"{name}-generate_stream", label, json.dumps(gen).encode(), c,
+                   target=model_path(model, "generate_stream"), answer="generate_stream")
+        else:
+            b.http_doc(model, f"{name}-json", label, d, c_http, tail)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            # gRPC: the value in each contents field that could carry it (the right one only when it fits)
-            for dt in ("INT32", "INT64", "UINT64", "FP32", "FP64"):
+            # gRPC: the value in the input's own datatype when it fits, and in a wider one (INT64 for an
+            # integer, FP32 for a float): raw or typed contents, drawn with the seed
+            for dt in dict.fromkeys((spec.datatype, "FP32" if isinstance(value, float) else "INT64")):
                 arr_dt = NUMPY[dt]
                 if dt.startswith("FP"):
                     v = float(value)
@@ -630,13 +708,13 @@ def numeric_cases(b: Builder, model: str, name: str, rules: dict) -> None:
                     v = int(value)
                 t = Tensor(name, dt, tuple(tensor(ep, name, [0]).shape), (v,))
                 meant = c if dt == spec.datatype else None
-                b.grpc(model, f"{name}-grpc", f"{label}-{dt}", infer_request(model, with_input(good, t), raw=False),
-                       meant)
-                b.grpc(model, f"{name}-raw", f"{label}-{dt}", infer_request(model, with_input(good, t), raw=True),
-                       meant)
-                if dt in ("INT64", spec.datatype) and model == "text_generation":
-                    b.stream(model, f"{name}-stream", f"{label}-{dt}", infer_request(model, with_input(good, t)),
+                raw = b.rng.random() < 0.5
+                if model == "text_generation":
+                    b.stream(model, f"{name}-stream", f"{label}-{dt}", infer_request(model, with_input(good, t), raw=raw),
                              meant)
+                else:
+                    b.grpc(model, f"{name}-{'raw' if raw else 'typed'}", f"{label}-{dt}",
+                           infer_request(model, with_input(good, t), raw=raw), meant)
     # raw contents of the wrong length for this input
     shape = tuple(tensor(ep, name, [0]).shape)
     for label, raw in {"3-bytes": b"\x01\x02\x03", "9-bytes": b"\x01" * 9, "empty": b""}.items():
@@ -657,7 +735,10 @@ def grpc_cases(b: Builder, model: str) -> None:
     both = (b.grpc, b.stream)
 
     def g(kind, name, msg, expect=None, senders=None):
-        for s in senders or both:
+        chosen = senders or both
+        if ep.decoupled and kind != "valid":
+            chosen = (b.stream,)
+        for s in chosen:
             s(model, kind, name, msg, expect)
 
     g("valid", "raw", infer_request(model, good), c)
@@ -666,11 +747,13 @@ def grpc_cases(b: Builder, model: str) -> None:
     for name, data in {"garbage": bytes(b.rng.randrange(256) for _ in range(64)), "ff": b"\xff" * 16,
                        "truncated": infer_request(model, good).SerializeToString()[:-7],
                        "length-lies": b"\x0a\xff\xff\xff\x0f" + model.encode(),
-                       "wrong-wire-type": b"\x0d" + b"\x00" * 4 + infer_request(model, good).SerializeToString()}.items():
+                       }.items():
         g("protobuf", name, data)
+    # a known field with another wire type: protobuf keeps it as an unknown field, the message is valid
+    g("protobuf", "wrong-wire-type", b"\x0d" + b"\x00" * 4 + infer_request(model, good).SerializeToString(), c)
     # model version
     for version, meant in {"1": c, "2": None, "0": None, "-1": None, "abc": None, "99999999999999999999": None,
-                           " 1": None, "1.0": None, "\u0661": None}.items():
+                           " 1": c, "1.0": c, "\u0661": None}.items():
         g("version", repr(version).strip("'").replace(" ", "space") or "empty",
           infer_request(model, good, version=version), meant)
     g("id", "long", infer_request(model, good, request_id="i" * 20_000), c)
@@ -704,7 +787,7 @@ def grpc_cases(b: Builder, model: str) -> None:
     # contents
     msg = infer_request(model, good)
     msg.raw_input_contents.append(first.raw())
-    g("contents", "raw-count-extra", msg)
+    g("contents", "raw-count-extra", msg, c)   # the surplus is ignored: a success must be correct
     msg = infer_request(model, good)
     del msg.raw_input_contents[:]
     g("contents", "raw-count-none", msg)
@@ -750,7 +833,7 @@ def grpc_cases(b: Builder, model: str) -> None:
         msg = infer_request(model, good)
         for k, v in params.items():
             set_param(msg.inputs[0].parameters[k], v)
-        g("input-parameters", name, msg, c if name.startswith("unknown") else None)
+        g("input-parameters", name, msg, None if name.startswith("shm") else c)   # binary_data_size is HTTP's
     for name, params in {"sequence-id-string": {"sequence_id": "x"}, "sequence-start-on-stateless": {"sequence_start": True},
                          "sequence-id-uint64": {"sequence_id": 2**64 - 1}, "priority-huge": {"priority": 2**64 - 1},
                          "priority-negative": {"priority": -1}, "priority-string": {"priority": "high"},
@@ -759,18 +842,23 @@ def grpc_cases(b: Builder, model: str) -> None:
                          "final-response-string": {"triton_enable_empty_final_response": "x"},
                          "headers-like": {"authorization": "Bearer x"},
                          "unknown-double-nan": {"bogus": float("nan")}, "long-key": {"k" * 5000: 1}}.items():
-        g("parameters", name, infer_request(model, good, **params))
+        g("parameters", name, infer_request(model, good, **params), c)   # ignorable: a success must be correct
     # outputs
-    out0 = ep.outputs[0]
+    out0 = next(o for o in ep.outputs if o not in ("LABELS", "IDS", "DOCUMENTS", "TEXT_DELTA", "FINISH_REASON"))
+    bytes_out = next((o for o in ep.outputs if o in ("LABELS", "IDS", "DOCUMENTS", "TEXT_DELTA")), None)
+    if bytes_out:
+        msg = infer_request(model, good, outputs=(bytes_out,))
+        set_param(msg.outputs[0].parameters["classification"], 2)
+        g("outputs", "classification-bytes-output", msg)
     g("outputs", "unknown", infer_request(model, good, outputs=("BOGUS",)))
     g("outputs", "empty-name", infer_request(model, good, outputs=("",)))
-    g("outputs", "duplicated", infer_request(model, good, outputs=(out0, out0)))
-    for name, v in {"classification-huge": 10**6, "classification-negative": -3, "classification-string": "x",
+    g("outputs", "duplicated", infer_request(model, good, outputs=(out0, out0)), clean(model, good, (out0,)))
+    for name, v in {"classification-negative": -3, "classification-string": "x",
                     "binary-string": "x", "shm-unknown": "nope"}.items():
         msg = infer_request(model, good, outputs=(out0,))
         key = {"binary-string": "binary_data", "shm-unknown": "shared_memory_region"}.get(name, "classification")
         set_param(msg.outputs[0].parameters[key], v)
-        g("outputs", name, msg)
+        g("outputs", name, msg, clean(model, good, (out0,)) if name == "binary-string" else None)
     # many requests' worth in one message: over max batch
     if ep.max_batch > 0:
         many = tuple(Tensor(t.name, t.datatype, (ep.max_batch + 1,) + t.shape[1:], t.values * (ep.max_batch + 1))
@@ -787,7 +875,10 @@ def text_cases(b: Builder, model: str, name: str = "TEXT") -> None:
                          "nul": b"a\x00b", "over-bytes": "é".encode() * 40_000, "over-chars": b"ab " * 12_000}.items():
         t = tensor(ep, name, [value])
         inputs = with_input(good, t)
-        b.grpc(model, "text", label, infer_request(model, inputs), None if label != "nul" else _nul(model, inputs))
+        send = b.stream if ep.decoupled else b.grpc
+        send(model, "text", label, infer_request(model, inputs), None if label != "nul" else _nul(model, inputs))
+        if ep.decoupled:
+            continue
         doc, tail = infer_json(inputs, binary=True)
         b.http_doc(model, "text", label, doc, None if label != "nul" or ep.decoupled else _nul(model, inputs), tail)
 
@@ -810,15 +901,10 @@ def generation_cases(b: Builder) -> None:
                         "SEED": {2**64 + 1: None, 1.5: None, "x": None}}.items():
         for value, means in rules.items():
             label = str(value).replace(".", "_")
-            d, _ = infer_json(with_input(good, tensor(ep, name, [0])))
-            for e in d["inputs"]:
-                if e["name"] == name:
-                    e["data"] = [value]
-            b.http_doc(model, f"{name}-json", label, d, None)
             gen_body = {"PROMPT": "Say hi.", "MAX_TOKENS": 2, name: value}
-            for route in ("generate", "generate_stream"):
-                b.http(model, f"{route}-{name}", label, json.dumps(gen_body).encode(), None,
-                       target=model_path(model, route), answer=route)
+            route = b.rng.choice(("generate", "generate_stream"))
+            b.http(model, f"{route}-{name}", label, json.dumps(gen_body).encode(), None,
+                   target=model_path(model, route), answer=route)
             if isinstance(value, float) and not isinstance(value, bool):
                 dt = ep.input(name).datatype
                 if dt == "FP32":
@@ -852,14 +938,19 @@ def generation_cases(b: Builder) -> None:
         for t in tensors:
             inputs = with_input(inputs, t)
         b.stream(model, "generation", label, infer_request(model, inputs), None)
-        if all(t.json_ok() for t in inputs):
-            d, _ = infer_json(inputs)
-            b.http_doc(model, "generation", label, d, None)
-    # the generate routes: the body is the inputs as top-level keys
+    # the generate routes: the body is the inputs as top-level keys; each body to one route, drawn
+    gb = lambda **kw: json.dumps({"PROMPT": "Say hi.", "MAX_TOKENS": 2, **kw}).encode()  # noqa: E731
     for route in ("generate", "generate_stream"):
         t = model_path(model, route)
-        gb = lambda **kw: json.dumps({"PROMPT": "Say hi.", "MAX_TOKENS": 2, **kw}).encode()  # noqa: E731
-        b.http(model, route, "valid", gb(), c, target=t, answer=route)
+        # Triton 2.51's /generate answers a decoupled model's valid request 200 with an error body after
+        # generating ("expects model to produce exactly 1 response"): only the gateway can refuse the route.
+        b.http(model, route, "valid", gb(), c, target=t, answer=route,
+               paths=GATEWAY_ONLY if route == "generate" else BOTH)
+        b.http(model, route, "deep-10000", b'{"PROMPT": ' + nested(10_000, '"x"').encode() + b"}", None, target=t,
+               answer=route, paths=GATEWAY_ONLY)
+        b.http(model, route, "deep-top-10000", nested(10_000).encode(), None, target=t, answer=route,
+               paths=GATEWAY_ONLY)
+    if True:
         for name, raw in {"empty": b"", "brace": b"{", "array": b"[]", "null": b"null", "truncated": gb()[:-3],
                           "no-prompt": b'{"MAX_TOKENS": 2}', "prompt-number": b'{"PROMPT": 7, "MAX_TOKENS": 2}',
                           "prompt-null": b'{"PROMPT": null}', "prompt-object": b'{"PROMPT": {"a": 1}}',
@@ -872,11 +963,9 @@ def generation_cases(b: Builder) -> None:
                           "history-odd": gb(HISTORY=["a", "b", "c"]), "stop-number": gb(STOP=5),
                           "unknown-key": gb(BOGUS=1), "parameters-string": gb(parameters="x"),
                           "deep-1000": b'{"PROMPT": ' + nested(1000, '"x"').encode() + b"}"}.items():
-            b.http(model, route, name, raw, None, target=t, answer=route)
-        b.http(model, route, "deep-10000", b'{"PROMPT": ' + nested(10_000, '"x"').encode() + b"}", None, target=t,
-               answer=route, paths=GATEWAY_ONLY)
-        b.http(model, route, "deep-top-10000", nested(10_000).encode(), None, target=t, answer=route,
-               paths=GATEWAY_ONLY)
+            route = b.rng.choice(("generate", "generate_stream"))
+            meant = c if name == "unknown-key" and route == "generate_stream" else None
+            b.http(model, route, name, raw, meant, target=model_path(model, route), answer=route)
 
 
 def retrieval_cases(b: Builder) -> None:
@@ -886,6 +975,7 @@ def retrieval_cases(b: Builder) -> None:
     numeric_cases(b, model, "TOP_K", [(3, 3), (0, None), (-1, None), (101, None), (2**31, None), (2**32 + 3, None),
                                       (2**64 + 3, None), (-(2**31) - 1, None), (1.5, None), (3.0, 3), ("3", None),
                                       (True, None), (None, None), (1e400, None)])
+    k_type = ep.input("TOP_K").datatype
     for label, tensors in {
         "op-unknown": (Tensor("OP", "BYTES", (1, 1), (b"drop",)),),
         "op-not-utf8": (Tensor("OP", "BYTES", (1, 1), (b"\xff",)),),
@@ -896,11 +986,11 @@ def retrieval_cases(b: Builder) -> None:
         "id-shape": (Tensor("OP", "BYTES", (1, 1), (b"delete",)), Tensor("ID", "BYTES", (2, 1), (b"a", b"b"))),
         "id-too-long": (Tensor("OP", "BYTES", (1, 1), (b"upsert",)), Tensor("ID", "BYTES", (1, 1), (b"i" * 5000,)),
                         Tensor("TEXT", "BYTES", (1, 1), (b"",))),
-        "top-k-shape": (Tensor("TOP_K", "INT32", (1, 2), (3, 4)),),
-        "top-k-batch-mismatch": (Tensor("TOP_K", "INT32", (2, 1), (3, 4)),),
-        "top-k-int64": (Tensor("TOP_K", "INT64", (1, 1), (3,)),),
+        "top-k-shape": (Tensor("TOP_K", k_type, (1, 2), (3, 4)),),
+        "top-k-batch-mismatch": (Tensor("TOP_K", k_type, (2, 1), (3, 4)),),
+        "top-k-other-int": (Tensor("TOP_K", "INT32" if k_type == "INT64" else "INT64", (1, 1), (3,)),),
         "text-empty": (Tensor("TEXT", "BYTES", (1, 1), (b"  ",)),),
-        "batch-different-k": (Tensor("TEXT", "BYTES", (2, 1), (b"a", b"b")), Tensor("TOP_K", "INT32", (2, 1), (3, 4))),
+        "batch-different-k": (Tensor("TEXT", "BYTES", (2, 1), (b"a", b"b")), Tensor("TOP_K", k_type, (2, 1), (3, 4))),
     }.items():
         inputs = good
         for t in tensors:
@@ -946,11 +1036,11 @@ def name_cases(b: Builder) -> None:
     good = good_inputs("text_embedding")
     doc, tail = infer_json(good)
     body = json.dumps(doc).encode()
-    for label, name in names.items():
+    for label, name in names.items():   # each name over HTTP and over one of unary gRPC or a stream, drawn
         target = f"/v2/models/{name}/infer".encode("utf-8")
         b.http("text_embedding", "model-name", label, body, None, target=target)
-        b.grpc("text_embedding", "model-name", label, infer_request(name, good), None)
-        b.stream("text_embedding", "model-name", label, infer_request(name, good), None)
+        send = b.grpc if b.rng.random() < 0.5 else b.stream
+        send("text_embedding", "model-name", label, infer_request(name, good), None)
     # a path that normalizes to an internal model
     b.http("tokenizer", "model-name", "dot-segments", body, clean("tokenizer"),
            target=b"/v2/models/text_embedding/../tokenizer/infer", internal=True)
@@ -966,8 +1056,9 @@ def name_cases(b: Builder) -> None:
         b.http("text_embedding", "version", label, body, meant,
                target=model_path("text_embedding", "infer", version).replace(b"\xd9\xa1", "\u0661".encode()))
     # other routes: unknown suffixes, admin-looking calls, odd targets
+    b.http("text_embedding", "target", "absolute-uri", body, clean("text_embedding"),
+           target=b"http://evil.example/v2/models/text_embedding/infer")
     for label, target in {"unknown-suffix": b"/v2/models/text_embedding/infer2",
-                          "absolute-uri": b"http://evil.example/v2/models/text_embedding/infer",
                           "asterisk": b"*", "no-slash": b"v2/models/text_embedding/infer",
                           "encoded-slash-route": b"/v2/models/text_embedding%2Finfer",
                           "backslash": b"/v2/models/text_embedding\\infer",
@@ -982,7 +1073,8 @@ def name_cases(b: Builder) -> None:
         b.http_doc(model, "internal", "valid", d, c, t, internal=True)
         b.grpc(model, "internal", "valid", infer_request(model, c.inputs), c, internal=True)
         b.stream(model, "internal", "valid", infer_request(model, c.inputs), c, internal=True)
-        b.http(model, "internal", "generate", json.dumps({i.name: "x" for i in c.inputs}).encode(), None,
+        b.http(model, "internal", "generate", json.dumps({i.name: "x" for i in c.inputs}).encode(),
+               clean(model, (tensor(endpoint(model), "TEXT", [b"x"]),)) if model in ("tokenizer", "sentence_embedder") else None,
                target=model_path(model, "generate"), answer="generate", internal=True)
         b.http(model, "internal", "valid-version", json.dumps(d).encode() + t, c,
                target=model_path(model, "infer", "1"), internal=True,
@@ -1010,10 +1102,10 @@ def generate_route_cases(b: Builder) -> None:
         t = model_path(model, "generate")
         b.http(model, "generate", "valid", json.dumps({key: TEXT.decode()} | ({"TOP_K": 3} if model == "retrieval"
                                                                               else {})).encode(),
-               clean(model, with_input(good_inputs(model), tensor(endpoint(model), key, [TEXT]))) if model != "retrieval"
-               else None, target=t, answer="generate")
+               clean(model, with_input(good_inputs(model), tensor(endpoint(model), key, [TEXT]))),
+               target=t, answer="generate")
         for name, raw in {"empty": b"", "brace": b"{", "number": json.dumps({key: 5}).encode(),
-                          "null": json.dumps({key: None}).encode(), "list": json.dumps({key: ["a", "b"]}).encode(),
+                          "null": json.dumps({key: None}).encode(),
                           "missing": b"{}", "deep-1000": ('{"%s": ' % key + nested(1000, '"x"') + "}").encode()}.items():
             b.http(model, "generate", name, raw, None, target=t, answer="generate")
         b.http(model, "generate", "deep-10000", ('{"%s": ' % key + nested(10_000, '"x"') + "}").encode(), None,
@@ -1023,7 +1115,7 @@ def generate_route_cases(b: Builder) -> None:
 
 
 KEEP_ALL = ("valid", "internal", "internal-input", "model-name", "nesting", "generation", "retrieval", "image",
-            "generate", "generate_stream", "version", "target")
+            "generate", "target", "TOP_K", "MAX_TOKENS", "TEMPERATURE", "TOP_P", "SEED")
 
 
 def sample(cases: list[Case], rng: random.Random, per_group: int) -> list[Case]:
