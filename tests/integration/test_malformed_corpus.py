@@ -393,7 +393,7 @@ class Runner:
         rpc, responses = send_stream(self.channels[path], [m.data for m in case.messages], self.metadata(path))
         by_id: dict[str, list] = defaultdict(list)
         errors = []
-        for rid, error, outputs, final in responses:
+        for rid, error, outputs, _final in responses:
             if error:
                 errors.append((rid, error))
             elif outputs:
@@ -402,7 +402,7 @@ class Runner:
         bad = case.messages[0]
         sub = []
         for rid, error in errors:
-            sub.append(Answer("refused", "stream error", error))
+            sub.append(Answer("refused", f"stream error (id {rid!r})", error))
         for rid, outs in by_id.items():
             sub.append(Answer("success", rid or "(no id)", "", _one(outs, canary.clean if rid == "canary" else bad.clean)))
         rpc.extra = sub
@@ -410,7 +410,7 @@ class Runner:
             if rpc.kind == "refused" and not leak(rpc.message):
                 return "", "", rpc   # the whole stream refused (the gateway: an internal model, a token)
             return (*self.judge(rpc, None, "stream RPC"), rpc)
-        for rid, error in errors:
+        for _rid, error in errors:
             if leak(error):
                 return "leak in error message", f"stream error leaks {leak(error)!r}: {error[:300]}", rpc
             if STREAM_FAULTS.search(error):
@@ -514,6 +514,21 @@ class Runner:
         return klass, why + " (tritonserver restarted)"
 
     # -- the report
+    def gateway_errors(self) -> list[str]:
+        folder = _gateway_dir(self.gateway)
+        log = folder / "error.log" if folder else None
+        if not log or not log.exists():
+            return []
+        seen, out = set(), []
+        for line in log.read_text(errors="replace").splitlines():
+            if not re.search(r"\[(error|crit|alert|emerg)\]", line):
+                continue
+            key = re.sub(r"^\S+ \S+ |\d+#\d+: \*\d+ |, client: .*$", "", line)[:300]
+            if key not in seen:
+                seen.add(key)
+                out.append(key)
+        return out[:15]
+
     def write_report(self, partial: bool = False) -> None:
         failed = [v for v in self.verdicts if not v.ok]
         by_class: dict[str, list[Verdict]] = defaultdict(list)
@@ -528,6 +543,13 @@ class Runner:
                  "Run: `flock /tmp/hotpath-it.lock .venv/bin/python -m pytest tests/integration/test_malformed_corpus.py -q`",
                  "", "Sends by path and protocol: " + ", ".join(f"{p}/{q} {n}" for (p, q), n in sorted(sends.items())),
                  ""]
+        answers = Counter(f"{v.answer.kind} {v.answer.status}".strip() if v.answer else "no answer"
+                          for v in self.verdicts)
+        lines += ["Answers: " + ", ".join(f"{k} {n}" for k, n in answers.most_common()), ""]
+        limits = Counter(c.direct_limit for c in CASES if c.direct_limit)
+        lines += [f"Sent through the gateway only ({sum(limits.values())} requests), because Triton 2.51 itself answers "
+                  "them wrong before any model sees them:"] + [f"- {n}: {reason}" for reason, n in limits.most_common()]
+        lines.append("")
         if self.restarts:
             lines += ["tritonserver restarted after: " + "; ".join(self.restarts), ""]
         lines += ["| class | failures | by path/protocol | by endpoint |", "|---|---|---|---|"]
@@ -546,10 +568,19 @@ class Runner:
             other = next((v for v in vs if v.path != vs[0].path), None)
             if other:
                 lines += ["```", other.report().strip("\n"), "```", ""]
+        errors = self.gateway_errors()
+        if errors:
+            lines += ["## The gateway's error log (NGINX [error]/[crit]/[alert] lines, distinct, first 15)", "", "```",
+                      *errors, "```", ""]
         lines += ["## Every failing test id", "", "```"] + [f"{v.path}-{v.case.id}  [{v.klass}]" for v in failed] + ["```"]
         tmp = REPORT.with_suffix(".tmp")
         tmp.write_text("\n".join(lines) + "\n")
         tmp.replace(REPORT)
+
+
+def _gateway_dir(gateway) -> Path | None:
+    nginx = getattr(gateway, "nginx", gateway)
+    return getattr(nginx, "dir", None)
 
 
 def _one(outs: list[dict], c: Clean | None) -> dict:
