@@ -15,6 +15,7 @@ local M = {}
 local cfg            -- hotpath.gateway.config's front_door.json: models, depth, tenants' weights, caps
 local json           -- a cjson instance with the depth bound
 local counters       -- ngx.shared dict: in-flight calls and work per tenant and in total
+local refused_parameter = {}   -- set: parameter keys no tenant may send (front_door.REFUSED_PARAMETERS)
 
 local GRPC_STATUS = { INVALID_ARGUMENT = 3, NOT_FOUND = 5, PERMISSION_DENIED = 7, RESOURCE_EXHAUSTED = 8,
                       UNAVAILABLE = 14 }
@@ -39,6 +40,9 @@ function M.init(path)
   json.decode_max_depth(cfg.max_json_depth)
   json.decode_invalid_numbers(false)   -- NaN / Infinity are not JSON
   counters = ngx.shared[cfg.shared_dict]
+  for _, key in ipairs(cfg.refused_parameters) do
+    refused_parameter[key] = true
+  end
 end
 
 -- Refusals -----------------------------------------------------------------------------------------
@@ -311,8 +315,19 @@ end
 -- The model's name, the first input's first dimension (the batch of a batched model), and whether every
 -- dimension of every input fits 0..2^31-1 (Triton 2.51 keeps a batch size in 32 bits: a first dimension of
 -- 2^32 + 1 with one item in it is served as a batch of 1).
+-- The key of each entry of a protobuf map<string, InferParameter> field (entry: key = 1, value = 2).
+local function refused_key(s, a, b)
+  local found
+  fields(s, a, b, function(n, w, x, y)
+    if n == 1 and w == 2 and refused_parameter[s:sub(x, y)] then
+      found = s:sub(x, y)
+    end
+  end)
+  return found
+end
+
 local function parse_infer_request(s, first, last)
-  local name, batch, dims_ok = nil, nil, true
+  local name, batch, dims_ok, refused = nil, nil, true, nil
   local function dim(value)
     if not value or value > MAX_DIM then
       dims_ok = false
@@ -323,9 +338,16 @@ local function parse_infer_request(s, first, last)
   local ok = fields(s, first, last, function(number, wire, a, b)
     if number == 1 and wire == 2 then
       name = s:sub(a, b)
+    elseif number == 4 and wire == 2 then   -- the request's parameters
+      refused = refused or refused_key(s, a, b)
+    elseif number == 6 and wire == 2 then   -- an output: parameters = 2
+      fields(s, a, b, function(n, w, x, y)
+        if n == 2 and w == 2 then refused = refused or refused_key(s, x, y) end
+      end)
     elseif number == 5 and wire == 2 then
       local first_input = batch == nil
       fields(s, a, b, function(n, w, x, y)
+        if n == 4 and w == 2 then refused = refused or refused_key(s, x, y) end
         if n ~= 3 then return end
         if w == 0 then
           dim(x)
@@ -342,7 +364,7 @@ local function parse_infer_request(s, first, last)
       if not first_input and batch == nil then batch = 0 end
     end
   end)
-  return ok, name, batch, dims_ok
+  return ok, name, batch, dims_ok, refused
 end
 
 function M.grpc_infer()
@@ -358,11 +380,14 @@ function M.grpc_infer()
   if length + 5 ~= #data then
     return refuse("grpc", "INVALID_ARGUMENT", "gateway: one ModelInferRequest message per call")
   end
-  local ok, name, batch, dims_ok = parse_infer_request(data, 6, #data)
+  local ok, name, batch, dims_ok, refused = parse_infer_request(data, 6, #data)
   if not ok then
     return refuse("grpc", "INVALID_ARGUMENT", "gateway: malformed ModelInferRequest")
   end
   local model = public_model("grpc", name)
+  if refused then
+    return refuse("grpc", "INVALID_ARGUMENT", "gateway: parameter '" .. refused .. "' is not accepted")
+  end
   if not dims_ok then
     return refuse("grpc", "INVALID_ARGUMENT", "gateway: an input's shape holds a dimension that is not 0..2^31-1")
   end
@@ -443,6 +468,29 @@ local function check_data(data, datatype)
   return count
 end
 
+-- Parameters as the KServe extensions Triton reads them: each allowed key with the JSON type Triton
+-- expects (a wrong type is a 500 from its parser), everything else refused. cfg.parameters comes from
+-- hotpath.gateway.front_door.PARAMETERS (one list for both protocols and the stream admission).
+local function check_parameters(params, allowed, where)
+  if params == nil then return true end
+  if not is_object(params) then return nil, where .. ": parameters must be an object" end
+  for key, value in pairs(params) do
+    local kind = not refused_parameter[key] and (allowed[key] or allowed["*"])
+    local ok = kind == "bool" and type(value) == "boolean"
+        or kind == "count" and is_count(value, INT_RANGE.INT64[2])
+        or kind == "id" and (type(value) == "string" or is_count(value, INT_RANGE.INT64[2]))
+        or kind == "scalar" and (type(value) == "string" or type(value) == "boolean"
+                                 or type(value) == "number" and value == math.floor(value))
+    if not kind then
+      return nil, where .. ": parameter '" .. tostring(key):sub(1, 64) .. "' is not accepted"
+    end
+    if not ok then
+      return nil, where .. ": parameter '" .. key .. "' must be " .. (cfg.parameter_kinds[kind] or kind)
+    end
+  end
+  return true
+end
+
 local function check_tensor(t, spec, where, binary_left)
   if not is_object(t) then return nil, where .. " must be an object" end
   if type(t.name) ~= "string" then return nil, where .. ".name must be a string" end
@@ -460,7 +508,8 @@ local function check_tensor(t, spec, where, binary_left)
     elements = elements * dim
   end
   local params = t.parameters
-  if params ~= nil and not is_object(params) then return nil, where .. ": parameters must be an object" end
+  local fine, bad = check_parameters(params, cfg.parameters.input, where)
+  if not fine then return nil, bad end
   local binary = params and params.binary_data_size
   if binary ~= nil then
     if not is_count(binary, binary_left) then
@@ -483,7 +532,8 @@ end
 local function check_infer_json(doc, model, binary_bytes)
   if not is_object(doc) then return nil, "the body must be a JSON object" end
   if doc.id ~= nil and type(doc.id) ~= "string" then return nil, "'id' must be a string" end
-  if doc.parameters ~= nil and not is_object(doc.parameters) then return nil, "'parameters' must be an object" end
+  local fine, bad = check_parameters(doc.parameters, cfg.parameters.request, "the request")
+  if not fine then return nil, bad end
   if not is_array(doc.inputs) or #doc.inputs == 0 then return nil, "'inputs' must be a non-empty list" end
   local seen, batch, left = {}, nil, binary_bytes
   for i, t in ipairs(doc.inputs) do
@@ -505,9 +555,8 @@ local function check_infer_json(doc, model, binary_bytes)
       if not is_object(o) or type(o.name) ~= "string" or not model.outputs[o.name] then
         return nil, "outputs[" .. (i - 1) .. "] names no output of the model"
       end
-      if o.parameters ~= nil and not is_object(o.parameters) then
-        return nil, "outputs[" .. (i - 1) .. "].parameters must be an object"
-      end
+      fine, bad = check_parameters(o.parameters, cfg.parameters.output, "output '" .. o.name .. "'")
+      if not fine then return nil, bad end
     end
   end
   return batch or 1
@@ -523,8 +572,19 @@ local function decode(text)
   return doc
 end
 
+-- A compressed body cannot be checked here (and Triton decoded a non-gzip body sent as gzip into
+-- another text, answering 200 with its embedding).
+local function identity_encoding()
+  local encoding = ngx.var.http_content_encoding
+  if encoding and encoding:lower() ~= "identity" then
+    return refuse("http", "INVALID_ARGUMENT", "gateway: Content-Encoding '" .. encoding:sub(1, 32) ..
+      "' is not accepted; send the body uncompressed")
+  end
+end
+
 function M.http_infer(name)
   local model = public_model("http", name)
+  identity_encoding()
   local data = body()
   if not data or #data == 0 then
     return refuse("http", "INVALID_ARGUMENT", "gateway: empty request body")
@@ -558,13 +618,21 @@ function M.http_generate(name)
   if not model.decoupled then
     return refuse("http", "INVALID_ARGUMENT", "gateway: '" .. name .. "' is not a generation endpoint")
   end
+  -- Triton's /generate takes exactly one response, which a streaming model never gives (it answered 200
+  -- with an error in the body, after generating)
+  if not ngx.var.uri:find("/generate_stream$") then
+    return refuse("http", "INVALID_ARGUMENT", "gateway: '" .. name .. "' streams its answer: call " ..
+      ".../generate_stream (server-sent events) or gRPC ModelStreamInfer")
+  end
+  identity_encoding()
   local doc = decode(body() or "")
   if not is_object(doc) then
     return refuse("http", "INVALID_ARGUMENT", "gateway: the body must be a JSON object")
   end
   for key, value in pairs(doc) do
     if key == "parameters" then
-      if not is_object(value) then return refuse("http", "INVALID_ARGUMENT", "gateway: 'parameters' must be an object") end
+      local fine, bad = check_parameters(value, cfg.parameters.request, "the request")
+      if not fine then return refuse("http", "INVALID_ARGUMENT", "gateway: " .. bad) end
     else
       local spec = model.inputs[key]
       if not spec then

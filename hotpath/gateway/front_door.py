@@ -20,6 +20,20 @@ from hotpath.errors import HotpathError
 from hotpath.gateway.tenants import Tenant
 from hotpath.repository import Repository
 
+# The parameters a tenant may send, where, with the JSON type Triton's parser expects: a wrong type is a
+# 500 from it. Refused because no public endpoint needs them and they reach past the request: shared
+# memory (another client's region), `classification` (on a BYTES output it kills tritonserver 2.51 with
+# SIGFPE). Other request parameters ("*": scalars) pass on to the models.
+PARAMETER_KINDS = {"bool": "true or false", "count": "an integer >= 0", "id": "a string or an integer >= 0",
+                   "scalar": "a string, an integer or a boolean"}
+PARAMETERS = {
+    "request": {"*": "scalar", "sequence_id": "id", "sequence_start": "bool", "sequence_end": "bool", "priority": "count",
+                "timeout": "count", "binary_data_output": "bool", "triton_enable_empty_final_response": "bool"},
+    "input": {"binary_data_size": "count"},
+    "output": {"binary_data": "bool"},
+}
+REFUSED_PARAMETERS = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size", "classification")
+
 LUA_SOURCE = Path(__file__).with_name("front_door.lua")
 LUA_MODULE = "hotpath_front_door"        # its name in package.loaded (set in the master by init_by_lua)
 SHARED_DICT = "hotpath_admission"         # in-flight calls and work per tenant, shared by the workers
@@ -90,6 +104,7 @@ def front_door_json(models: tuple[PublicModel, ...], tenants: tuple[Tenant, ...]
         "weights": {t.name: t.weight for t in tenants},
         "tenants": {t.name: {"requests_per_s": t.requests_per_s, "burst": t.burst, "tokens_per_min": t.tokens_per_min}
                     for t in tenants},
+        "parameters": PARAMETERS, "parameter_kinds": PARAMETER_KINDS, "refused_parameters": REFUSED_PARAMETERS,
         "max_calls": max_calls, "max_work": max_work,
         "max_json_depth": MAX_JSON_DEPTH, "shared_dict": SHARED_DICT,
         "overloaded": overloaded, "tenant_variable": tenant_variable,

@@ -25,7 +25,7 @@ import grpc
 from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
-from hotpath.gateway.front_door import MAX_TOKENS_INPUT, STREAM_TENANT_HEADER
+from hotpath.gateway.front_door import MAX_TOKENS_INPUT, REFUSED_PARAMETERS, STREAM_TENANT_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +57,15 @@ def requested_tokens(request: service_pb2.ModelInferRequest) -> int:
     return 0
 
 
-def oversized(request: service_pb2.ModelInferRequest) -> tuple[str, str] | None:
-    """A dimension past 2^31-1 (Triton 2.51 keeps a batch size in 32 bits: 2^32 + 1 is served as 1)."""
+def malformed(request: service_pb2.ModelInferRequest) -> tuple[str, str] | None:
+    """What front_door.lua refuses in a unary call's message: a dimension past 2^31-1 (Triton 2.51 keeps a
+    batch size in 32 bits: 2^32 + 1 is served as 1), a parameter of REFUSED_PARAMETERS."""
     if any(not 0 <= d <= MAX_DIM for tensor in request.inputs for d in tensor.shape):
         return "INVALID_ARGUMENT", "gateway: an input's shape holds a dimension that is not 0..2^31-1"
+    maps = [request.parameters, *(t.parameters for t in request.inputs), *(t.parameters for t in request.outputs)]
+    refused = sorted({key for m in maps for key in m if key in REFUSED_PARAMETERS})
+    if refused:
+        return "INVALID_ARGUMENT", f"gateway: parameter '{refused[0]}' is not accepted"
     return None
 
 
@@ -120,7 +125,7 @@ class StreamAdmission:
             try:
                 async for raw in requests:
                     request = service_pb2.ModelInferRequest.FromString(raw)
-                    refused = oversized(request) or await self.charge(tenant, request.model_name,
+                    refused = malformed(request) or await self.charge(tenant, request.model_name,
                                                                       requested_tokens(request))
                     if refused is None:
                         await upstream.write(raw)

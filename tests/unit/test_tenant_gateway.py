@@ -339,7 +339,11 @@ def test_tenants_reach_only_the_allow_listed_apis(bare_gateway):
     for path in GRPC_ADMIN:
         assert grpc_answer(path) == (grpc.StatusCode.PERMISSION_DENIED, ADMIN_ONLY), path
     for method, path in HTTP_ALLOWED:
-        assert http_answer(method, path) == (502, UNREACHABLE), (method, path)
+        if path.endswith("/generate"):   # Triton's /generate wants exactly one response: a stream never gives it
+            status, message = http_answer(method, path)
+            assert status == 400 and "generate_stream" in message, (method, path, status, message)
+        else:
+            assert http_answer(method, path) == (502, UNREACHABLE), (method, path)
     for method, path in HTTP_ADMIN:
         assert http_answer(method, path) == (403, ADMIN_ONLY), (method, path)
     # NGINX logs a call after answering it: wait for every line.
@@ -513,6 +517,15 @@ BAD_HTTP_BODIES = {
                                      "parameters": {"binary_data_size": 99}}), "binary_data_size"),
     "unknown output": (_infer(_text(), outputs=[{"name": "NOPE"}]), "names no output"),
     "id not a string": (_infer(_text(), id=5), "'id'"),
+    "request parameter of the wrong type": (_infer(_text(), parameters={"sequence_id": -1}), "sequence_id"),
+    "priority not a count": (_infer(_text(), parameters={"priority": "high"}), "priority"),
+    "nested request parameter": (_infer(_text(), parameters={"x": {"y": 1}}), "'x'"),
+    "shared memory input": (_infer({"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "parameters": {
+        "shared_memory_region": "operators", "shared_memory_byte_size": 64}}), "shared_memory"),
+    "classification output": (_infer(_text(), outputs=[{"name": "OUT", "parameters": {"classification": 3}}]),
+                              "'classification' is not accepted"),
+    "binary_data not bool": (_infer(_text(), outputs=[{"name": "OUT", "parameters": {"binary_data": 1}}]),
+                             "binary_data"),
     "NaN": (_infer(_text()).replace(b'"x"', b'"x"], "parameters": {"p": NaN}, "z": [1'), "does not parse"),
 }
 
@@ -524,6 +537,40 @@ def test_malformed_http_bodies_are_400_at_the_gateway(bare_gateway, case):
     status, message = http_answer("POST", "/v2/models/m/infer", body)
     assert status == 400 and fragment in message, (status, message)
     assert not [e for e in gateway.log(count=1) if e.upstream], "a refused body reached an upstream"
+
+
+def test_a_compressed_body_is_refused(bare_gateway):
+    """Triton decoded a body sent as gzip that was none into another text and answered 200 with its vector."""
+    gateway, _, _ = bare_gateway
+    request = urllib.request.Request(f"http://{gateway.http_url}/v2/models/m/infer", data=_infer(_text()),
+                                     method="POST", headers={"Authorization": f"Bearer {TOKENS[0]}",
+                                                             "Content-Encoding": "gzip"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(request, timeout=10)
+    assert err.value.code == 400 and b"Content-Encoding" in err.value.read()
+
+
+def test_grpc_parameters_that_reach_past_the_request_are_refused(bare_gateway):
+    """Shared-memory references (another client's region) and `classification` (SIGFPE in Triton 2.51 on a
+    BYTES output) in a ModelInfer message, at the request, input or output level."""
+    from tritonclient.grpc import service_pb2
+
+    gateway, _, _ = bare_gateway
+    cases = []
+    for where in ("request", "input", "output"):
+        for key in ("shared_memory_region", "classification"):
+            r = service_pb2.ModelInferRequest(model_name="m")
+            tensor = r.inputs.add(name="TEXT", datatype="BYTES", shape=[1, 1])
+            out = r.outputs.add(name="OUT")
+            target = {"request": r.parameters, "input": tensor.parameters, "output": out.parameters}[where]
+            target[key].string_param = "x"
+            cases.append((where, key, r.SerializeToString()))
+    with grpc.insecure_channel(gateway.grpc_url) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        for where, key, body in cases:
+            with pytest.raises(grpc.RpcError) as err:
+                call(body, metadata=[("authorization", f"Bearer {TOKENS[0]}")], timeout=10)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and key in err.value.details(), (where, key)
 
 
 def test_inference_header_length_is_checked_and_a_valid_binary_body_passes(bare_gateway):
@@ -541,6 +588,8 @@ def test_inference_header_length_is_checked_and_a_valid_binary_body_passes(bare_
         assert err.value.code == expected, (declared, err.value.read())
     # a valid JSON body and a valid generate body pass on (no upstream: 502)
     assert http_answer("POST", "/v2/models/m/infer")[0] == 502
-    assert http_answer("POST", "/v2/models/m/generate", b'{"TEXT": "hi", "parameters": {"x": 1}}')[0] == 502
-    assert http_answer("POST", "/v2/models/m/generate", b'{"TEXT": ' + b"[" * 50_000 + b"]" * 50_000 + b"}")[0] == 400
-    assert http_answer("POST", "/v2/models/m/generate", b'{"K": 2}')[0] == 400   # required TEXT missing
+    stream = "/v2/models/m/generate_stream"
+    assert http_answer("POST", stream, b'{"TEXT": "hi", "parameters": {"x": 1}}')[0] == 502
+    assert http_answer("POST", stream, b'{"TEXT": ' + b"[" * 50_000 + b"]" * 50_000 + b"}")[0] == 400
+    assert http_answer("POST", stream, b'{"K": 2}')[0] == 400   # required TEXT missing
+    assert http_answer("POST", stream, b'{"TEXT": "hi", "parameters": {"sequence_id": -1}}')[0] == 400
