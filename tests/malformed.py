@@ -540,7 +540,7 @@ def http_infer_cases(b: Builder, model: str) -> None:
         variant("datatype", dt or "empty", lambda d, v=dt: d["inputs"][0].__setitem__("datatype", v))
     n = int(np.prod(first.shape))
     batch_dims = list(first.shape)
-    shapes = {"scalar": [], "no-batch-dim": batch_dims[1:] or [1], "extra-dim": batch_dims + [1],
+    shapes = {"scalar": [], "no-batch-dim": batch_dims[1:], "extra-dim": batch_dims + [1],
               "negative": [-1] + batch_dims[1:], "zero": [0] + batch_dims[1:], "minus-two": [-2] + batch_dims[1:],
               "float": [1.5] + batch_dims[1:], "string": ["1"] + batch_dims[1:], "null-dim": [None] + batch_dims[1:],
               "nested": [batch_dims], "over-max-batch": [max(ep.max_batch, 1) + 1] + batch_dims[1:],
@@ -549,6 +549,8 @@ def http_infer_cases(b: Builder, model: str) -> None:
               "int64-min": [-(2**63)] + batch_dims[1:], "huge-inner": batch_dims[:-1] + [10**9],
               "huge-product": [2**20, 2**20, 2**20], "exp-number": [1e30] + batch_dims[1:],
               "two-items-declared": [2] + batch_dims[1:]}
+    if ep.max_batch == 0:
+        del shapes["no-batch-dim"]
     for name, shape in shapes.items():
         variant("shape", name, lambda d, s=shape: d["inputs"][0].__setitem__("shape", s))
     if json_ok:
@@ -781,11 +783,14 @@ def grpc_cases(b: Builder, model: str) -> None:
         g("datatype", dt or "empty", msg)
     # shapes
     dims = list(first.shape)
-    for name, shape in {"scalar": [], "no-batch-dim": dims[1:] or [1], "extra-dim": dims + [1],
+    shapes = {"scalar": [], "no-batch-dim": dims[1:], "extra-dim": dims + [1],
                         "negative": [-1] + dims[1:], "zero": [0] + dims[1:], "int64-min": [-(2**63)] + dims[1:],
                         "huge": [2**62] + dims[1:], "huge-inner": dims[:-1] + [2**40],
                         "product-overflow": [2**32, 2**32] + dims[1:], "over-max-batch": [max(ep.max_batch, 1) + 1] + dims[1:],
-                        "two-items-declared": [2] + dims[1:]}.items():
+                        "two-items-declared": [2] + dims[1:]}
+    if ep.max_batch == 0:   # no batch dimension to leave out
+        del shapes["no-batch-dim"]
+    for name, shape in shapes.items():
         for raw in (True, False):
             msg = infer_request(model, good, raw=raw)
             del msg.inputs[0].shape[:]
