@@ -1,5 +1,6 @@
 """text_generation served by a real tritonserver vs transformers' greedy generation on the same weights."""
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -358,3 +359,275 @@ def test_streams_beyond_the_kv_budget_wait_or_are_preempted_and_keep_their_token
     for i, prompt in enumerate(jobs):
         assert results[i].token_ids == alone[prompt], prompt
     assert preempted > before
+
+
+# ---- issue 25: errors keep their class, refusals only when really full, nothing outlives the model --------
+
+def _small_queue(config, slots=4, queue=2):
+    config.parameters["max_batch"].string_value = str(slots)
+    config.parameters["max_queue"].string_value = str(queue)
+    return config
+
+
+def _post(http_url, route, body: bytes, timeout=120):
+    request = urllib.request.Request(f"http://{http_url}/v2/models/text_generation/{route}", data=body,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+class _RawStream:
+    """tritonclient's own stream (no hotpath client): what any gRPC client of the endpoint sees."""
+
+    def __init__(self, url, headers=None):
+        import queue
+
+        import tritonclient.grpc as grpcclient
+
+        self.responses = queue.Queue()
+        self.client = grpcclient.InferenceServerClient(url)
+        self.client.start_stream(callback=lambda result=None, error=None: self.responses.put((result, error)),
+                                 headers=headers)
+
+    def send(self, inputs, request_id=""):
+        self.client.async_stream_infer("text_generation", inputs, request_id=request_id)
+
+    def errors(self, count, timeout=120):
+        """Errors and final responses of `count` requests, as (request id, error or None)."""
+        out = []
+        while len(out) < count:
+            result, error = self.responses.get(timeout=timeout)
+            if error is not None:
+                out.append((None, error))
+            elif result.as_numpy("FINISH_REASON") is not None:
+                out.append((result.get_response().id, None))
+        return out
+
+    def close(self):
+        self.client.stop_stream(cancel_requests=True)
+        self.client.close()
+
+
+def _inputs_without(name, **params):
+    from hotpath.client import generation_inputs
+
+    return [i for i in generation_inputs("Say hi.", **params) if i.name() != name]
+
+
+def test_missing_prompt_is_invalid_argument_naming_it_without_a_traceback(explicit):
+    """Issue 25: a request without PROMPT got INTERNAL with a Python traceback and server paths."""
+    status, body = _post(explicit.http_url, "generate", json.dumps({"MAX_TOKENS": 2}).encode())
+    assert status == 400 and "PROMPT is required" in body, (status, body)
+    assert "Traceback" not in body and "/work" not in body and ".py" not in body
+    stream = _RawStream(explicit.grpc_url, headers={"triton_grpc_error": "true"})
+    try:
+        stream.send(_inputs_without("PROMPT", max_tokens=2))
+        (_, error), = stream.errors(1)
+    finally:
+        stream.close()
+    assert "StatusCode.INVALID_ARGUMENT" in str(error.status()) and "PROMPT is required" in error.message()
+    assert "Traceback" not in error.message()
+
+
+def test_max_tokens_past_32_bits_is_refused_not_wrapped(explicit):
+    """Issue 25: MAX_TOKENS 2^32+4 over HTTP wrapped to 4 (200 OK, 4 tokens): Triton's JSON parser casts
+    into an INT32 input; MAX_TOKENS is INT64 now and checked whole."""
+    from hotpath.client import InvalidInputError
+
+    status, body = _post(explicit.http_url, "generate", json.dumps({"PROMPT": "Say hi.", "MAX_TOKENS": 2**32 + 4}).encode())
+    assert status == 400 and "MAX_TOKENS" in body and str(2**32 + 4) in body, (status, body)
+    with GenerationClient(explicit.grpc_url, timeout_s=60) as client:
+        with pytest.raises(InvalidInputError, match=f"MAX_TOKENS must be within 1..512, got {2**32 + 4}"):
+            client.generate("Say hi.", max_tokens=2**32 + 4)
+
+
+def test_stream_errors_keep_their_status_for_the_client_and_the_cli(explicit):
+    """Issue 25: invalid input and a full admission queue reached hotpath.client as a plain ClientError
+    (CLI exit 1); now InvalidInputError (65) and ServerUnavailableError (69, retried first)."""
+    from hotpath.client import InvalidInputError, RetryPolicy, ServerUnavailableError
+
+    with GenerationClient(explicit.grpc_url, timeout_s=60) as client:
+        with pytest.raises(InvalidInputError, match="TEMPERATURE"):
+            client.generate("Say hi.", temperature=-1.0)
+    cli = [sys.executable, "-m", "hotpath", "generate", "--url", explicit.grpc_url]
+    out = subprocess.run(cli + ["--max-tokens", "0", "Say hi."], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 65 and "MAX_TOKENS" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    # Without hotpath's client (no status header): the class is still in the message.
+    raw = _RawStream(explicit.grpc_url)
+    try:
+        raw.send(_inputs_without("", max_tokens=0))
+        (_, error), = raw.errors(1)
+    finally:
+        raw.close()
+    assert error.message().startswith("text_generation: [INVALID_ARGUMENT] MAX_TOKENS"), error.message()
+
+    class Counted(RetryPolicy):
+        def wait_or_raise(self, error, attempt):
+            attempts.append(type(error).__name__)
+            super().wait_or_raise(error, attempt)
+
+    attempts = []
+    with reconfigured_small(explicit, slots=1, queue=1):
+        holders = [GenerationClient(explicit.grpc_url, timeout_s=120, retry=RetryPolicy(attempts=1)) for _ in range(2)]
+        streams = [h.stream(f"Tell a very long story about ship number {i}.", max_tokens=400)
+                   for i, h in enumerate(holders)]
+
+        def wait_in_queue():
+            try:
+                next(streams[1], None)
+            except ClientError:   # cancelled when the test closes it
+                pass
+
+        try:
+            assert isinstance(next(streams[0]), TokenDelta)   # the one slot generates...
+            threading.Thread(target=wait_in_queue, daemon=True).start()   # ...the second waits in the queue of 1
+            time.sleep(1.0)
+            with GenerationClient(explicit.grpc_url, timeout_s=60,
+                                  retry=Counted(attempts=3, initial_backoff_s=0.01)) as third:
+                with pytest.raises(ServerUnavailableError, match=r"\[UNAVAILABLE\] admission queue full"):
+                    third.generate("Say hi.", max_tokens=2)
+            assert attempts == ["ServerUnavailableError"] * 3, attempts   # retried, then raised
+            out = subprocess.run(cli + ["--max-tokens", "2", "Say hi."], capture_output=True, text=True, timeout=120)
+            assert out.returncode == 69 and "admission queue full" in out.stderr, out.stderr
+        finally:
+            streams[0].close()   # the other generator runs in its thread: closing its client ends it
+            for h in holders:
+                h.close()
+
+
+@contextlib.contextmanager
+def reconfigured_small(server, slots, queue):
+    from hotpath.perf.measure.reconfigure import reconfigured
+
+    with reconfigured(server.grpc_url, {"text_generation": lambda c: _small_queue(c, slots, queue)}):
+        yield
+
+
+def test_requests_are_refused_only_when_the_admission_queue_is_really_full(explicit):
+    """Issue 25: 60 concurrent streams got 27 refusals with 1 sequence generating. Requests that arrive
+    together while slots are free take the slots, only those beyond slots + max_queue are refused."""
+    from hotpath.client import generation_inputs
+
+    with reconfigured_small(explicit, slots=4, queue=2):
+        stream = _RawStream(explicit.grpc_url)
+        try:
+            for i in range(6):   # back to back on one stream: all arrive within one loop step
+                stream.send(generation_inputs(f"Count to {i + 3}.", max_tokens=8), request_id=str(i))
+            outcomes = stream.errors(6)
+            refused = [e.message() for _, e in outcomes if e is not None]
+            assert not refused, refused
+            stream.send(generation_inputs("Tell a very long story.", max_tokens=300), request_id="long")
+            for i in range(5):   # 1 generating: 3 free slots + 2 waiting
+                stream.send(generation_inputs(f"Count to {i + 3}.", max_tokens=8), request_id=f"b{i}")
+            later = [e.message() for _, e in stream.errors(5) if e is not None]
+            assert not later, later
+        finally:
+            stream.close()
+
+
+def _stubs(server):
+    from hotpath.server.stubs import stub_pids
+
+    return stub_pids(server.process.pid, "text_generation")
+
+
+def _until(condition, limit_s):
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def _long_streams(url, count):
+    """Threads streaming long generations; each records how its stream ended."""
+    ended = []
+
+    def run(i):
+        try:
+            with GenerationClient(url, timeout_s=120) as c:
+                ended.append(c.generate(f"Tell a very long story about ship number {i}.", max_tokens=500).finish_reason)
+        except Exception as exc:  # recorded: the test checks each stream got its end
+            ended.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(count)]
+    for t in threads:
+        t.start()
+    return threads, ended
+
+
+def test_unload_and_reload_leave_no_stub_behind_even_with_streams_and_open_clients(explicit):
+    """Issue 25: text_generation never unloaded (the old 1.4 GB stub stayed after a reload or unload):
+    Triton finalizes a decoupled Python model only once every response sender closed, and 2.51 holds
+    the model of a gRPC stream's first request until that stream ends."""
+    import tritonclient.grpc as grpcclient
+
+    from hotpath.server.admin import admin_headers
+
+    idle = GenerationClient(explicit.grpc_url, timeout_s=60)   # a client kept open between requests
+    assert idle.generate("Hi", max_tokens=2).completion_tokens >= 1
+    assert _until(lambda: len(_stubs(explicit)) == 1, 10), _stubs(explicit)   # earlier tests' reloads
+    (first,) = _stubs(explicit)
+    with reconfigured_small(explicit, slots=16, queue=8):   # a reload: a second copy, then the old one goes
+        assert _until(lambda: first not in _stubs(explicit), 10), "the replaced stub is still alive after 10 s"
+        assert idle.generate("Hi", max_tokens=2).completion_tokens >= 1
+        threads, ended = _long_streams(explicit.grpc_url, 3)
+        assert _until(lambda: len(_metric_running(explicit)) and _metric_running(explicit)[0] >= 1, 30)
+        control = grpcclient.InferenceServerClient(explicit.grpc_url)
+        started = time.monotonic()
+        control.unload_model("text_generation", headers=admin_headers())
+        assert _until(lambda: not _stubs(explicit), 10), "the stub outlived its unload by 10 s"
+        for t in threads:
+            t.join(30)
+        assert sorted(ended) == ["ServerUnavailableError"] * 3, ended   # each stream got its final (an error)
+        assert time.monotonic() - started < 10
+    # reconfigured() loaded the original config back
+    assert idle.generate("Hi", max_tokens=2).completion_tokens >= 1
+    idle.close()
+
+
+def _metric_running(server):
+    with urllib.request.urlopen(server.metrics_url) as r:
+        return [float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
+                if line.startswith("hotpath_generation_running{")]
+
+
+def test_shutdown_with_live_streams_ends_them_and_exits_well_within_the_exit_timeout(tmp_path):
+    """Issue 25: a clean SIGINT waited out the 30 s exit timeout ("Found 2 live models") while streams ran."""
+    import signal
+
+    from hotpath.server.ports import ServerPorts, free_ports
+    from hotpath.server.process import LocalTriton
+    from hotpath.server.subset import linked
+
+    http, grpc, metrics = free_ports(3)
+    (tmp_path / "repository").mkdir()
+    server = LocalTriton(linked(["text_generation"], tmp_path / "repository"), ports=ServerPorts(http, grpc, metrics),
+                         log=lambda m: None)
+    server.start()
+    try:
+        idle = GenerationClient(server.grpc_url)
+        assert idle.generate("Hi", max_tokens=2).completion_tokens >= 1
+        stubs = _stubs(server)
+        threads, ended = _long_streams(server.grpc_url, 4)
+        assert _until(lambda: _metric_running(server) and _metric_running(server)[0] >= 2, 30)
+        started = time.monotonic()
+        server.process.send_signal(signal.SIGINT)
+        server.process.wait(60)
+        took = time.monotonic() - started
+        for t in threads:
+            t.join(30)
+        idle.close()
+        assert took < 15, f"exit took {took:.1f}s of the 30 s exit timeout:\n{server.log_tail()}"
+        assert "live models" not in server.log_tail(5) or took < 15
+        assert len(ended) == 4 and all(e in ("ServerUnavailableError", "length", "stop") for e in ended), ended
+        import psutil
+
+        assert _until(lambda: not [p for p in stubs if psutil.pid_exists(p)
+                                   and psutil.Process(p).status() != psutil.STATUS_ZOMBIE], 10)
+    finally:
+        server.stop()

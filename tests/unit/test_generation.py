@@ -223,34 +223,32 @@ def test_stop_gives_every_request_its_final_call_and_ends_the_threads(tiny, deco
     assert not engine._thread.is_alive() and not engine._watcher.is_alive()
 
 
-def test_the_watcher_drains_once_the_model_is_no_longer_ready(tiny, decoder):
+@pytest.mark.parametrize("answer", [False, RuntimeError("Failed to check model readiness: Server not ready")],
+                         ids=["unloading", "server-exiting"])
+def test_the_watcher_drains_once_the_model_is_no_longer_ready(tiny, decoder, answer):
     """Triton finalizes a decoupled Python model only after its response senders closed: the engine
     must notice the unload (pb_utils.is_model_ready False, or "Server not ready" while it shuts down)."""
-    checks = []
-    for answer in (False, RuntimeError("Server not ready")):
-        engine, sinks = _long_running(tiny, decoder, streams=2)
-        served = {"ready": True}
+    engine, sinks = _long_running(tiny, decoder, streams=2)
+    served = {"ready": True}
 
-        def is_ready():
-            checks.append(1)
-            if served["ready"] is True:
-                return True
-            if isinstance(served["ready"], Exception):
-                raise served["ready"]
-            return served["ready"]
+    def is_ready():
+        if served["ready"] is True:
+            return True
+        if isinstance(served["ready"], Exception):
+            raise served["ready"]
+        return served["ready"]
 
-        engine.start()
-        engine.watch(is_ready, interval_s=0.02)
-        try:
-            assert _wait(lambda: sinks[0].tokens)
-            assert not any(s.error for s in sinks)
-            served["ready"] = answer
-            assert _wait(lambda: all(s.error for s in sinks)), answer
-            assert all(s.unavailable for s in sinks)
-            assert _wait(lambda: not engine._watcher.is_alive())
-        finally:
-            engine.stop()
-    assert checks
+    engine.start()
+    engine.watch(is_ready, interval_s=0.02)
+    try:
+        assert _wait(lambda: sinks[0].tokens)
+        assert not any(s.error for s in sinks)
+        served["ready"] = answer
+        assert _wait(lambda: all(s.error for s in sinks))
+        assert all(s.unavailable for s in sinks)
+        assert _wait(lambda: not engine._watcher.is_alive())
+    finally:
+        engine.stop()
 
 
 def test_the_watcher_keeps_streams_when_its_own_check_fails_otherwise(tiny, decoder):
