@@ -87,6 +87,13 @@ TRITON_LIMITS = (
 
 
 TRITON_LIMITS += (
+    (r"(grpc|stream)-\w+-shape-[\w-]+-(typed|raw)",
+     "Triton 2.51's gRPC frontend reads a lying shape as another request (a batch size kept in 32 bits, a "
+     "dimension of 0 or a huge one served with the data sent) before any model sees it"),
+    (r"(grpc|http)-text_encoder-internal-input-[\w-]+",
+     "text_encoder is an ensemble's internal step, served by Triton's native onnxruntime backend in production "
+     "(the local stand-in answers as it does: ONNX Runtime's own errors, a whole batch failing); tenants cannot "
+     "reach it (the gateway answers NOT_FOUND)"),
     (r"http-\w+-\w+-generate(_stream)?-(int-18446744073709551618|int--9223372036854775809|int-18446744073709551619|"
      r"float-.*|str-.*|bool-.*|NoneType-.*)",
      JSON_500),

@@ -21,12 +21,14 @@ local GRPC_STATUS = { INVALID_ARGUMENT = 3, NOT_FOUND = 5, PERMISSION_DENIED = 7
                       UNAVAILABLE = 14 }
 local HTTP_STATUS = { INVALID_ARGUMENT = 400, NOT_FOUND = 404, PERMISSION_DENIED = 403, RESOURCE_EXHAUSTED = 429,
                       UNAVAILABLE = 503 }
--- Largest magnitude of each integer type that a JSON number may carry unchanged (LuaJIT numbers are
--- doubles: past 2^53 a value may already be rounded, so 64-bit inputs are held to that).
+-- Largest magnitude of each integer type that a JSON number may carry: the gateway re-writes the body
+-- with lua-cjson, which writes numbers with at most 14 significant digits, so 64-bit inputs are held to
+-- +-(10^14 - 1) (exact in a double too).
+local INT64_MAX = 99999999999999
 local INT_RANGE = {
   INT8 = { -128, 127 }, INT16 = { -32768, 32767 }, INT32 = { -2147483648, 2147483647 },
-  INT64 = { -9007199254740991, 9007199254740991 }, UINT8 = { 0, 255 }, UINT16 = { 0, 65535 },
-  UINT32 = { 0, 4294967295 }, UINT64 = { 0, 9007199254740991 },
+  INT64 = { -INT64_MAX, INT64_MAX }, UINT8 = { 0, 255 }, UINT16 = { 0, 65535 },
+  UINT32 = { 0, 4294967295 }, UINT64 = { 0, INT64_MAX },
 }
 local FLOAT_TYPES = { FP16 = true, FP32 = true, FP64 = true, BF16 = true }
 local MAX_DIM = 2147483647
@@ -313,8 +315,8 @@ local function fields(s, first, last, on_field)
 end
 
 -- The model's name, the first input's first dimension (the batch of a batched model), and whether every
--- dimension of every input fits 0..2^31-1 (Triton 2.51 keeps a batch size in 32 bits: a first dimension of
--- 2^32 + 1 with one item in it is served as a batch of 1).
+-- dimension of every input fits 1..2^31-1 (Triton 2.51 keeps a batch size in 32 bits: a first dimension of
+-- 2^32 + 1 with one item in it is served as a batch of 1; a dimension of 0 with data was served too).
 -- The key of each entry of a protobuf map<string, InferParameter> field (entry: key = 1, value = 2).
 local function refused_key(s, a, b)
   local found
@@ -329,7 +331,7 @@ end
 local function parse_infer_request(s, first, last)
   local name, batch, dims_ok, refused = nil, nil, true, nil
   local function dim(value)
-    if not value or value > MAX_DIM then
+    if not value or value < 1 or value > MAX_DIM then
       dims_ok = false
     elseif batch == nil then
       batch = value
@@ -389,7 +391,7 @@ function M.grpc_infer()
     return refuse("grpc", "INVALID_ARGUMENT", "gateway: parameter '" .. refused .. "' is not accepted")
   end
   if not dims_ok then
-    return refuse("grpc", "INVALID_ARGUMENT", "gateway: an input's shape holds a dimension that is not 0..2^31-1")
+    return refuse("grpc", "INVALID_ARGUMENT", "gateway: an input's shape holds a dimension that is not 1..2^31-1")
   end
   local work = 1
   if model.batched and batch and batch >= 1 then
@@ -435,19 +437,21 @@ local function is_count(v, limit)
   return type(v) == "number" and v >= 0 and v <= limit and v == math.floor(v)
 end
 
--- Checks every leaf of `data` (nested arrays) against `datatype`; returns the leaf count or nil, why.
+-- Checks every leaf of `data` (nested arrays) against `datatype`; returns the leaf count and the least
+-- and greatest number of arrays around a leaf, or nil, why.
 local function check_data(data, datatype)
-  local count = 0
+  local count, shallow, deep = 0, math.huge, 0
   local range, float = INT_RANGE[datatype], FLOAT_TYPES[datatype]
-  local function walk(v)
+  local function walk(v, depth)
     if type(v) == "table" then
       if not is_array(v) then return "an object inside 'data'" end
       for _, item in ipairs(v) do
-        local why = walk(item)
+        local why = walk(item, depth + 1)
         if why then return why end
       end
       return nil
     end
+    shallow, deep = math.min(shallow, depth), math.max(deep, depth)
     count = count + 1
     if datatype == "BYTES" then
       if type(v) ~= "string" then return "BYTES data must be strings" end
@@ -463,9 +467,9 @@ local function check_data(data, datatype)
     end
     return nil
   end
-  local why = walk(data)
+  local why = walk(data, 0)
   if why then return nil, why end
-  return count
+  return count, shallow, deep
 end
 
 -- Parameters as the KServe extensions Triton reads them: each allowed key with the JSON type Triton
@@ -504,7 +508,9 @@ local function check_tensor(t, spec, where, binary_left)
   end
   local elements = 1
   for _, dim in ipairs(t.shape) do
-    if not is_count(dim, MAX_DIM) then return nil, where .. ": shape holds a dimension that is not 0..2^31-1" end
+    if not is_count(dim, MAX_DIM) or dim < 1 then
+      return nil, where .. ": shape holds a dimension that is not 1..2^31-1"
+    end
     elements = elements * dim
   end
   local params = t.parameters
@@ -520,8 +526,12 @@ local function check_tensor(t, spec, where, binary_left)
   end
   if t.data == nil then return nil, where .. ": no data and no binary_data_size" end
   if not is_array(t.data) then return nil, where .. ": data must be a list" end
-  local count, why = check_data(t.data, t.datatype)
-  if not count then return nil, where .. ": " .. why end
+  local count, shallow, deep = check_data(t.data, t.datatype)
+  if not count then return nil, where .. ": " .. shallow end
+  -- flat, or nested exactly as the shape (Triton flattened any nesting, so [[["x"]]] passed for [1, 1])
+  if count > 0 and not (shallow == deep and (deep == 1 or deep == #t.shape)) then
+    return nil, where .. ": data must be a flat list or nested as its shape (" .. #t.shape .. " levels)"
+  end
   if count ~= elements then
     return nil, string.format("%s: data holds %d elements, shape says %.0f", where, count, elements)
   end
@@ -560,6 +570,21 @@ local function check_infer_json(doc, model, binary_bytes)
     end
   end
   return batch or 1
+end
+
+-- Triton parses JSON the gateway wrote, not the client: a number is an integer or not by its value
+-- (the client's 3.0 for an INT64 input was a 500 from Triton's parser, which reads 3.0 as a double).
+local function forward(doc, data, header_length)
+  if doc.outputs ~= nil and next(doc.outputs) == nil then
+    doc.outputs = nil   -- cjson would write the empty list as {}
+  end
+  local header = cjson.encode(doc)
+  if header_length == #data then
+    ngx.req.set_body_data(header)
+  else
+    ngx.req.set_body_data(header .. data:sub(header_length + 1))
+    ngx.req.set_header("Inference-Header-Content-Length", tostring(#header))
+  end
 end
 
 -- The JSON text, or a 400 naming why it does not parse (its nesting bound included).
@@ -603,6 +628,7 @@ function M.http_infer(name)
   if not batch then
     return refuse("http", "INVALID_ARGUMENT", "gateway: " .. why)
   end
+  forward(doc, data, header_length)
   local work = 1
   if model.batched and batch >= 1 then
     work = batch
@@ -639,8 +665,8 @@ function M.http_generate(name)
         return refuse("http", "INVALID_ARGUMENT", "gateway: input '" .. tostring(key):sub(1, 64) ..
           "': the model has no such input")
       end
-      local _, why = check_data(value, spec.datatype)
-      if why then return refuse("http", "INVALID_ARGUMENT", "gateway: input '" .. key .. "': " .. why) end
+      local count, why = check_data(value, spec.datatype)
+      if not count then return refuse("http", "INVALID_ARGUMENT", "gateway: input '" .. key .. "': " .. why) end
     end
   end
   for key, spec in pairs(model.inputs) do
@@ -649,6 +675,7 @@ function M.http_generate(name)
     end
   end
   limit("http", ngx.var[cfg.tenant_variable], requested_tokens(model, doc[model.max_tokens_input or ""]))
+  ngx.req.set_body_data(cjson.encode(doc))
 end
 
 return M

@@ -59,9 +59,9 @@ def requested_tokens(request: service_pb2.ModelInferRequest) -> int:
 
 def malformed(request: service_pb2.ModelInferRequest) -> tuple[str, str] | None:
     """What front_door.lua refuses in a unary call's message: a dimension past 2^31-1 (Triton 2.51 keeps a
-    batch size in 32 bits: 2^32 + 1 is served as 1), a parameter of REFUSED_PARAMETERS."""
-    if any(not 0 <= d <= MAX_DIM for tensor in request.inputs for d in tensor.shape):
-        return "INVALID_ARGUMENT", "gateway: an input's shape holds a dimension that is not 0..2^31-1"
+    batch size in 32 bits: 2^32 + 1 is served as 1; 0 with data was served too), a parameter of REFUSED_PARAMETERS."""
+    if any(not 1 <= d <= MAX_DIM for tensor in request.inputs for d in tensor.shape):
+        return "INVALID_ARGUMENT", "gateway: an input's shape holds a dimension that is not 1..2^31-1"
     maps = [request.parameters, *(t.parameters for t in request.inputs), *(t.parameters for t in request.outputs)]
     refused = sorted({key for m in maps for key in m if key in REFUSED_PARAMETERS})
     if refused:
