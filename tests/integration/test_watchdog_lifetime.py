@@ -1,9 +1,12 @@
 """No stub outlives its job, and the watchdog tells dead from busy, against real tritonservers.
 
 - A SIGKILLed tritonserver leaves no Python stub behind (hotpath.runtime.lifetime): each exits by
-  itself, also while the dead server is an unreaped zombie (Triton's own check takes it for alive).
+  itself, also while the dead server is an unreaped zombie (Triton's own check takes it for alive), and
+  no stub's watcher process is left either.
+- A stub that can run no Python thread (GIL held forever) when its server is SIGKILLed and reaped at once
+  (Triton's own exit path then runs in the stub and blocks) is killed by its watcher process.
 - A hung stub (execute() asleep, alive and "healthy" to Triton) is restarted by the watchdog, and the
-  replaced stub is gone within 10 s (Triton alone would wait for its execute() forever).
+  replaced stub is gone within 10 s (Triton alone would wait for its execute() forever), its watcher too.
 - Under load that makes every probe time out, the models make progress, so nothing is restarted.
 """
 
@@ -20,6 +23,7 @@ from hotpath.health.probe import endpoint_configs, probe
 from hotpath.paths import model_repository
 from hotpath.repository import Repository
 from hotpath.repository_build import build_repository
+from hotpath.runtime.lifetime import WATCHER_NAME
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 from hotpath.server.stubs import STUB_BINARY, stub_pids
@@ -44,6 +48,16 @@ def _alive(proc: psutil.Process) -> bool:
         return False
 
 
+def _watchers(stubs: list[psutil.Process]) -> list[psutil.Process]:
+    """The stubs' watcher processes (hotpath.runtime.lifetime), waiting a little for them to start."""
+    deadline = time.monotonic() + 5
+    while True:
+        found = [w for p in stubs for w in p.children() if WATCHER_NAME in w.cmdline()]
+        if len(found) >= len(stubs) or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
 def _wait_gone(procs: list[psutil.Process], bound_s: float) -> tuple[float, list[int]]:
     """Seconds until every process is gone (or the bound), and the PIDs still alive then."""
     t0 = time.monotonic()
@@ -65,19 +79,78 @@ def test_stubs_exit_when_tritonserver_is_killed(built):
                  if p.cmdline() and p.cmdline()[0].endswith(STUB_BINARY)]
         assert len(stubs) >= len(STUB_MODELS), [p.cmdline()[-2:] for p in stubs]
         regions = [Path("/dev/shm") / p.cmdline()[2].lstrip("/") for p in stubs]
+        watchers = _watchers(stubs)
         rss_mb = sum(p.memory_info().rss for p in stubs) / 2**20
+        watcher_mb = max((p.memory_info().rss for p in watchers), default=0) / 2**20
         server.process.kill()
         # Not reaped on purpose: a crashed server's parent may not wait() for it (a zombie until then).
         took, alive = _wait_gone(stubs, BOUND_S)
+        _, watchers_alive = _wait_gone(watchers, 2.0)
         left = [r.name for r in regions if r.exists()]
     finally:
         server.stop()
-        for proc in stubs:   # what the assertion below reports must not stay behind either
+        for proc in stubs + watchers:   # what the assertions below report must not stay behind either
             if _alive(proc):
                 proc.kill()
+    assert len(watchers) == len(stubs), f"{len(watchers)} {WATCHER_NAME} processes for {len(stubs)} stubs"
     assert not alive, f"stubs {alive} still alive {BOUND_S:g}s after tritonserver was killed"
+    assert not watchers_alive, f"watchers {watchers_alive} still alive after their stubs and server"
     assert not left, f"shared-memory regions left in /dev/shm: {left}"
-    print(f"\n{len(stubs)} stubs ({rss_mb:.0f} MB RSS) gone {took:.2f}s after SIGKILL of tritonserver")
+    print(f"\n{len(stubs)} stubs ({rss_mb:.0f} MB RSS; watchers {watcher_mb:.1f} MB RSS each) gone {took:.2f}s "
+          f"after SIGKILL of tritonserver")
+
+
+# execute() holds the GIL forever (a C call through PyDLL): no Python thread of the stub runs again, so
+# neither hotpath's exit thread nor the stub's own teardown can finish, as in a deadlocked stub.
+GIL_HOG = """
+import ctypes, os
+from pathlib import Path
+
+from hotpath.runtime.lifetime import exit_with_server
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        exit_with_server()
+        self.flag = Path(args["model_repository"]) / "holding"
+
+    def execute(self, requests):
+        self.flag.write_text(str(os.getpid()))
+        while True:
+            ctypes.PyDLL(None).sleep(3600)
+"""
+
+
+def test_a_stub_holding_the_gil_goes_when_its_server_is_killed_and_reaped(tmp_path):
+    model = tmp_path / "gil_hog"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text((HANG_ECHO / "config.pbtxt").read_text().replace("hang_echo", "gil_hog"))
+    (model / "1" / "model.py").write_text(GIL_HOG)
+    server = _server(tmp_path).start()
+    stub, watchers = None, []
+    try:
+        (stub,) = [psutil.Process(pid) for pid in stub_pids(server.process.pid, "gil_hog")]
+        watchers = _watchers([stub])
+        config = {c.name: c for c in endpoint_configs(Repository(tmp_path))}["gil_hog"]
+        threading.Thread(target=probe, args=(server.grpc_url, config, 2.0), daemon=True).start()
+        deadline = time.monotonic() + 30
+        while not (model / "holding").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (model / "holding").exists(), "execute() never ran"
+        time.sleep(0.5)
+        server.process.kill()
+        server.process.wait()   # reaped at once: the stub's own parent check fires, its exit path blocks
+        took, alive = _wait_gone([stub], BOUND_S)
+        _, watchers_alive = _wait_gone(watchers, 2.0)
+    finally:
+        server.stop()
+        for proc in ([stub] if stub else []) + watchers:
+            if _alive(proc):
+                proc.kill()
+    assert not alive, f"the stub holding the GIL is alive {BOUND_S:g}s after tritonserver was killed and reaped"
+    assert len(watchers) == 1, watchers
+    assert not watchers_alive, f"watcher {watchers_alive} left after its stub"
+    print(f"\nstub holding the GIL gone {took:.2f}s after SIGKILL of tritonserver (reaped)")
 
 
 @pytest.fixture
@@ -92,6 +165,7 @@ def test_a_hung_stub_is_restarted_and_its_old_stub_is_gone(hang_repository):
                          log=lambda m: print(m, flush=True))
         (hung,) = stub_pids(server.process.pid, "hang_echo")
         old = psutil.Process(hung)
+        old_watchers = _watchers([old])
         (hang_repository / "hang_echo" / "hang").write_text(str(hung))
         guard.start()
         try:
@@ -101,12 +175,14 @@ def test_a_hung_stub_is_restarted_and_its_old_stub_is_gone(hang_repository):
             assert [r.models for r in guard.recoveries] == [["hang_echo"]], guard.recoveries
             recovery = guard.recoveries[0]
             took, alive = _wait_gone([old], BOUND_S)
+            _, watchers_alive = _wait_gone(old_watchers, 2.0)
             config = {c.name: c for c in endpoint_configs(Repository(hang_repository))}["hang_echo"]
             answered = probe(server.grpc_url, config, timeout_s=5)
         finally:
             guard.stop()
     assert recovery.reason.startswith("probe:") and "DEADLINE_EXCEEDED" in recovery.reason, recovery.reason
     assert not alive, f"the replaced hung stub {hung} is alive {BOUND_S:g}s after the restart"
+    assert len(old_watchers) == 1 and not watchers_alive, (old_watchers, watchers_alive)
     assert answered.ok, answered.line()
     print(f"\nhung stub restarted in {recovery.seconds:.1f}s; old stub gone {took:.1f}s after the restart")
 
