@@ -99,7 +99,7 @@ _DEAD_STUB = "is not healthy"
 
 # A decoupled model's error on a gRPC stream reaches tritonclient as ModelStreamInferResponse.error_message
 # alone (Triton 2.51 src/grpc/stream_infer_handler.cc: the status code is dropped unless the stream was
-# opened with the `triton_grpc_error` header; a proxy may drop that header: NGINX drops names with '_'),
+# opened with the `triton_grpc_error` header, a mode that crashed 2.51 once here; see GenerationClient),
 # so hotpath's streaming models start their messages with "<model>: [STATUS] " and the class is read there.
 _TAGGED = re.compile(r"^[\w.-]+: \[([A-Z_]+)\] ")
 
@@ -426,15 +426,16 @@ class GenerationClient:
     retried per `retry`, the policy of every hotpath client, but only before the first token: a stream
     that has yielded tokens is never replayed (its reader would see them twice).
 
-    Each request gets a gRPC stream of its own on the client's channel, opened with Triton's
-    `triton_grpc_error` header (an error then carries its status code and ends the stream), and closed
-    after the final response: Triton 2.51 holds the model version of a stream's first request until the
-    stream ends, so a stream kept open between requests stops that version from unloading (an old
-    copy's stub stays after a reload; a shutdown waits out its exit timeout).
+    Each request gets a gRPC stream of its own on the client's channel, closed after the final
+    response: Triton 2.51 holds the model version of a stream's first request until the stream ends, so
+    a stream kept open between requests stops that version from unloading (an old copy's stub stays
+    after a reload; a shutdown waits out its exit timeout). Errors are classed by the "[STATUS]" tag of
+    the model's message (see client_error); Triton's `triton_grpc_error` stream header, which would carry
+    the code, is not sent: with it tritonserver 2.51 crashed (SIGSEGV after "HandleCancellation called
+    even when the context was not cancelled") during a run of invalid-input streams.
     """
 
     model = "text_generation"
-    STREAM_HEADERS = {"triton_grpc_error": "true"}
 
     def __init__(self, url: str = "localhost:8001", model: str | None = None, timeout_s: float = 120.0,
                  token: str | None = None, retry: RetryPolicy = RetryPolicy()):
@@ -450,7 +451,7 @@ class GenerationClient:
         if not self._streaming:
             self._responses = queue.Queue()
             try:
-                self._client.start_stream(callback=self._on_response, headers=self.STREAM_HEADERS)
+                self._client.start_stream(callback=self._on_response)
             except InferenceServerException as exc:
                 raise client_error(f"{self.model} at {self.url}", exc) from None
             self._streaming = True
@@ -506,7 +507,9 @@ class GenerationClient:
                 except queue.Empty:
                     raise RequestTimeoutError(f"{where}: no response within {self.timeout_s:.0f}s",
                                               "DEADLINE_EXCEEDED") from None
-                if error is not None:
+                if error is not None:   # the request's final response (or the stream broke): nothing to cancel
+                    finished = True
+                    self._end_stream(cancel=False)
                     raise client_error(where, error)
                 delta = result.as_numpy("TEXT_DELTA")[0].decode("utf-8")
                 reason = result.as_numpy("FINISH_REASON")

@@ -24,7 +24,15 @@ from hotpath.runtime.generation.chat import encode_prompt, shared_prefix
 from hotpath.runtime.generation.decoder import Decoder, ModelInfo
 from hotpath.runtime.generation.engine import Engine, EngineSettings, QueueFull
 from hotpath.runtime.generation.metrics import EngineMetrics
-from hotpath.runtime.generation.params import INPUTS, InputError, Limits, parse_history, request_inputs, request_params
+from hotpath.runtime.generation.params import (
+    INPUTS,
+    InputError,
+    Limits,
+    parse_history,
+    request_inputs,
+    request_params,
+    wants_stream,
+)
 from hotpath.runtime.lifetime import exit_with_server
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
@@ -47,10 +55,11 @@ def _refuse(sender, message, code):
 
 
 class TritonSink:
-    """Sends one sequence's tokens and final response through its request's response sender."""
+    """Sends one sequence's tokens and final response through its request's response sender; with
+    `stream` False (request parameter "stream": false) only one response, the whole text in the final."""
 
-    def __init__(self, sender):
-        self.sender = sender
+    def __init__(self, sender, stream=True):
+        self.sender, self.stream, self.text = sender, stream, []
 
     def _close(self, response=None):
         # Drop the sender with the final flag: Triton keeps the model loaded while a sender lives.
@@ -63,6 +72,9 @@ class TritonSink:
             sender.send(response, flags=FINAL)
 
     def token(self, token_id, text):
+        if not self.stream:
+            self.text.append(text)
+            return
         self.sender.send(pb_utils.InferenceResponse([
             pb_utils.Tensor("TEXT_DELTA", _bytes(text)),
             pb_utils.Tensor("TOKEN_ID", np.array([token_id], np.int32))]))
@@ -72,7 +84,7 @@ class TritonSink:
             self._close()
             return
         self._close(pb_utils.InferenceResponse([
-            pb_utils.Tensor("TEXT_DELTA", _bytes(text)),
+            pb_utils.Tensor("TEXT_DELTA", _bytes("".join(self.text) + text)),
             pb_utils.Tensor("FINISH_REASON", _bytes(reason)),
             pb_utils.Tensor("PROMPT_TOKENS", np.array([prompt_tokens], np.int32)),
             pb_utils.Tensor("COMPLETION_TOKENS", np.array([completion_tokens], np.int32))]))
@@ -122,7 +134,7 @@ class TritonPythonModel:
                 prompt, params = request_params(self.limits, **values)
                 ids = encode_prompt(self.tokenizer, self.info.chat_template, prompt, self.info.bos_token,
                                     self.info.eos_token, parse_history(self.limits, history))
-                self.engine.submit(ids, params, TritonSink(sender))
+                self.engine.submit(ids, params, TritonSink(sender, wants_stream(request.parameters())))
             except InputError as exc:
                 _refuse(sender, str(exc), pb_utils.TritonError.INVALID_ARG)
             except QueueFull as exc:

@@ -422,13 +422,13 @@ def test_missing_prompt_is_invalid_argument_naming_it_without_a_traceback(explic
     status, body = _post(explicit.http_url, "generate", json.dumps({"MAX_TOKENS": 2}).encode())
     assert status == 400 and "PROMPT is required" in body, (status, body)
     assert "Traceback" not in body and "/work" not in body and ".py" not in body
-    stream = _RawStream(explicit.grpc_url, headers={"triton_grpc_error": "true"})
+    stream = _RawStream(explicit.grpc_url)
     try:
         stream.send(_inputs_without("PROMPT", max_tokens=2))
         (_, error), = stream.errors(1)
     finally:
         stream.close()
-    assert "StatusCode.INVALID_ARGUMENT" in str(error.status()) and "PROMPT is required" in error.message()
+    assert error.message().startswith("text_generation: [INVALID_ARGUMENT] PROMPT is required"), error.message()
     assert "Traceback" not in error.message()
 
 
@@ -631,3 +631,28 @@ def test_shutdown_with_live_streams_ends_them_and_exits_well_within_the_exit_tim
                                    and psutil.Process(p).status() != psutil.STATUS_ZOMBIE], 10)
     finally:
         server.stop()
+
+
+def test_http_generate_answers_one_response_with_its_status_when_stream_is_false(explicit):
+    """Issue 25: /generate answered 200 with an error body after generating. Triton 2.51's /generate takes
+    exactly one response and sets the HTTP status from the first one (src/http_server.cc,
+    GenerateRequestClass): a token stream there can only end 200 + "generate expects model to produce
+    exactly 1 response". With "stream": false the model sends one response: 200 with the whole text, or
+    the error's own status; bad input fails first (400) either way."""
+    with GenerationClient(explicit.grpc_url, timeout_s=60) as client:
+        want = client.generate("Say hi.", max_tokens=6)
+    status, body = _post(explicit.http_url, "generate",
+                         json.dumps({"PROMPT": "Say hi.", "MAX_TOKENS": 6, "stream": False}).encode())
+    assert status == 200, body
+    answer = json.loads(body)
+    assert answer["TEXT_DELTA"] == want.text and answer["FINISH_REASON"] == want.finish_reason
+    assert answer["COMPLETION_TOKENS"] == want.completion_tokens
+    status, body = _post(explicit.http_url, "generate", json.dumps({"PROMPT": "", "stream": False}).encode())
+    assert status == 400 and "PROMPT is empty" in body
+    status, body = _post(explicit.http_url, "generate", json.dumps({"PROMPT": "hi", "stream": "no"}).encode())
+    assert status == 400 and "parameter stream" in body
+    # What Triton does with a token stream on /generate (documented in README): 200, then an error body.
+    status, body = _post(explicit.http_url, "generate", json.dumps({"PROMPT": "Say hi.", "MAX_TOKENS": 2}).encode())
+    assert status == 200 and "exactly 1 response" in body, (status, body)
+    status, body = _post(explicit.http_url, "generate_stream", json.dumps({"PROMPT": "Say hi.", "MAX_TOKENS": 2}).encode())
+    assert status == 200 and body.count("data: ") >= 2 and "FINISH_REASON" in body

@@ -613,3 +613,13 @@ def test_request_inputs_are_checked_at_their_full_width():
         request_inputs(_arrays(PROMPT=np.array([b"hi"], dtype=object), TOP_P=np.array([0.5, 0.5], np.float32)))
     with pytest.raises(InputError, match="HISTORY must be BYTES"):
         request_inputs(_arrays(PROMPT=np.array([b"hi"], dtype=object), HISTORY=np.array([1, 2], np.int64)))
+
+
+def test_stream_parameter_defaults_to_streaming_and_must_be_a_bool():
+    from hotpath.runtime.generation.params import wants_stream
+
+    assert wants_stream(None) and wants_stream("") and wants_stream("{}") and wants_stream('{"x": 1}')
+    assert wants_stream('{"stream": true}') and not wants_stream('{"stream": false}')
+    assert not wants_stream({"stream": False})
+    with pytest.raises(InputError, match="parameter stream must be true or false"):
+        wants_stream('{"stream": "no"}')

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -166,3 +167,20 @@ def request_inputs(arrays: Mapping[str, np.ndarray | None]) -> dict[str, Any]:
             raise InputError(f"{name} must be BYTES (UTF-8 texts), got {array.dtype}")
         out[name.lower()] = None if array is None else list(array.reshape(-1))
     return out
+
+
+def wants_stream(parameters: str | dict | None) -> bool:
+    """The request parameter "stream" (default true: one response per token). False: one response with
+    the whole text, for Triton's HTTP `/generate`, which takes exactly one response and fixes its HTTP
+    status from the first one (a token stream there ends 200 with an error body; `/generate_stream` and
+    gRPC streams take one response per token). A key of a `/generate` body that names no input arrives
+    as a request parameter: `{"PROMPT": "...", "stream": false}`."""
+    if isinstance(parameters, str):
+        try:
+            parameters = json.loads(parameters or "{}")
+        except ValueError:
+            parameters = {}
+    value = (parameters or {}).get("stream", True)
+    if not isinstance(value, bool):
+        raise InputError(f"parameter stream must be true or false, got {value!r}")
+    return value
