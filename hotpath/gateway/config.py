@@ -198,7 +198,6 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
         upstream("triton_http", s.http_upstreams, keepalive=64, fail_timeout_s=s.fail_timeout_s),
         d("server", block=[
             d("listen", f"127.0.0.1:{s.grpc_port}", "http2"),
-            d("underscores_in_headers", "on"),   # Triton's `triton_grpc_error` stream header
             connect_timeout("grpc"),
             *_checks("grpc"),
             d("location", "=", GRPC_INFER, block=[d("access_by_lua", lua_call("grpc_infer")), grpc_pass, *grpc_retry]),

@@ -237,8 +237,15 @@ local function admit(protocol, tenant, work)
     local reserved_calls, reserved_work = 0, 0
     for name, s in pairs(share) do
       if name ~= tenant then
-        reserved_calls = reserved_calls + math.max(0, s.calls - get("calls:" .. name))
-        reserved_work = reserved_work + math.max(0, s.work - get("work:" .. name))
+        -- A tenant whose calls are large can hold no more calls than its work share allows (at its
+        -- current items per call): only those are kept for it, the rest of its call share is free.
+        local c, w = get("calls:" .. name), get("work:" .. name)
+        local usable = s.calls
+        if c > 0 and w > 0 then
+          usable = math.min(usable, math.max(1, math.floor(s.work * c / w)))
+        end
+        reserved_calls = reserved_calls + math.max(0, usable - c)
+        reserved_work = reserved_work + math.max(0, s.work - w)
       end
     end
     ok = calls + reserved_calls < cfg.max_calls and total_work + work + reserved_work <= cfg.max_work

@@ -6,9 +6,10 @@ for generation, the tokens it may produce); front_door.lua's `/charge`, asked ov
 nginx.conf, applies the same checks and the same per-tenant budget as the unary calls (public endpoint,
 request rate, tokens per minute). An admitted message goes on to the replica the stream was opened to,
 unchanged; a refused one is answered on the stream as Triton answers a failed request there: an error
-response whose message starts with "gateway: [STATUS] " (hotpath.client reads the class from that tag),
-or, when the caller opened the stream with Triton's `triton_grpc_error` header, by ending the stream with
-that status. Responses go back unparsed.
+response whose message starts with "gateway: [STATUS] " (hotpath.client reads the class from that tag).
+Triton's `triton_grpc_error` header never reaches a replica: NGINX drops header names with '_', and
+tritonserver 2.51 crashed (SIGSEGV) on a stream of invalid requests opened with it. Responses go back
+unparsed.
 """
 
 from __future__ import annotations
@@ -30,8 +31,8 @@ from hotpath.gateway.front_door import MAX_TOKENS_INPUT, REFUSED_PARAMETERS, STR
 log = logging.getLogger(__name__)
 
 METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
-GRPC_ERROR_HEADER = "triton_grpc_error"   # Triton's opt-in: a stream's error ends it with its status code
-_HOP_HEADERS = {STREAM_TENANT_HEADER, "authorization", "content-type", "te", "user-agent", "grpc-accept-encoding",
+GRPC_ERROR_HEADER = "triton_grpc_error"   # crashed tritonserver 2.51 (SIGSEGV): never passed on
+_HOP_HEADERS = {STREAM_TENANT_HEADER, GRPC_ERROR_HEADER, "authorization", "content-type", "te", "user-agent", "grpc-accept-encoding",
                 "grpc-encoding", "grpc-timeout"}
 _INTEGER_CONTENTS = ("int_contents", "int64_contents", "uint_contents", "uint64_contents")
 MAX_DIM = 2**31 - 1
@@ -113,7 +114,6 @@ class StreamAdmission:
     async def _relay(self, requests, context: grpc.aio.ServicerContext):
         metadata = dict(context.invocation_metadata())
         tenant = metadata.get(STREAM_TENANT_HEADER, "")
-        end_on_error = metadata.get(GRPC_ERROR_HEADER, "").lower() == "true"
         forward = tuple((k, v) for k, v in metadata.items() if k not in _HOP_HEADERS)
         channel = self._channels[next(self._next)]
         upstream = channel.stream_stream(METHOD, request_serializer=None, response_deserializer=None)(
@@ -129,9 +129,6 @@ class StreamAdmission:
                                                                       requested_tokens(request))
                     if refused is None:
                         await upstream.write(raw)
-                    elif end_on_error:
-                        await out.put(refused)
-                        return
                     else:
                         await out.put(refusal_response(request, *refused))
                 await upstream.done_writing()

@@ -370,3 +370,20 @@ def test_bodies_spilled_to_disk_work_under_umask_077(triton, tmp_path):
         os.umask(old)
     # the model's own limit answers (max_text_bytes), not NGINX with 500
     assert status == "400" and "bytes" in message, (status, message)
+
+
+def test_the_triton_grpc_error_header_never_reaches_triton(gateway, triton):
+    """tritonserver 2.51 crashed (SIGSEGV) on a stream of invalid requests opened with `triton_grpc_error`;
+    through the gateway the header is dropped and every refusal comes back on the stream."""
+    bad = [[text_input("STOP", ["no prompt"])] for _ in range(6)]   # PROMPT missing
+    answers = queue.Queue()
+    with grpcclient.InferenceServerClient(gateway.grpc_url) as client:
+        client.start_stream(callback=lambda result=None, error=None: answers.put(error),
+                            headers={**_bearer("alpha"), "triton_grpc_error": "true"})
+        for i, inputs in enumerate(bad):
+            client.async_stream_infer("text_generation", inputs, request_id=str(i))
+        errors = [answers.get(timeout=60) for _ in bad]
+        client.stop_stream()
+    assert all(e is not None for e in errors)
+    assert triton.process.poll() is None
+    assert _grpc_status(triton.grpc_url, [text_input("TEXT", ["alive"])])[0] == "OK"

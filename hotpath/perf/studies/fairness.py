@@ -4,11 +4,13 @@ max-size batches; appends a dated section to perf/reports/fairness.md (earlier s
     .venv/bin/hotpath study fairness [--duration 15] [--rate 20] [--busy-workers 8] [--allow-busy]
 
 One tritonserver serving text_embedding; the small tenant sends one short unique text at `--rate`/s
-(open loop) for `--duration` s: alone, then while the busy tenant keeps `--busy-workers` calls of 32
-texts (the endpoint's max batch) in flight through the gateway, then the same busy load sent to Triton
-directly (no gateway: what the small tenant meets without fair shares).
+(open loop) for `--duration` s: alone, then while the busy tenant (a process of its own) keeps
+`--busy-workers` calls of 32 short texts (the endpoint's max batch) in flight through the gateway,
+pausing 50 ms after a refusal, then the same busy load sent to Triton directly (no gateway: what the
+small tenant meets without fair shares).
 """
 
+import multiprocessing
 import os
 import sys
 import threading
@@ -33,44 +35,55 @@ from hotpath.server.subset import linked
 REPORT = paths.ROOT / "perf" / "reports" / "fairness.md"
 MODEL = "text_embedding"
 BATCH = 32   # text_embedding's max_batch_size
+REFUSED_PAUSE_S = 0.05   # a refused busy call waits this long (a client's backoff floor) before the next
 TEXT = "fairness study {} {}: a unique text so that the response cache never answers"
 
 
+def _busy(url: str, token: str | None, workers: int, stop, counts) -> None:
+    """The busy tenant, in a process of its own (its threads would take the GIL from the measuring loop):
+    `workers` threads each keep one max-size batch in flight; a refusal waits its retry hint's floor."""
+    def run(worker: int) -> None:
+        with EmbeddingClient(url, token=token, retry=RetryPolicy(attempts=1)) as client:
+            i = 0
+            while not stop.is_set():
+                try:
+                    client.embed([TEXT.format(f"busy {worker} {i}", j) for j in range(BATCH)])
+                    with counts.get_lock():
+                        counts[0] += 1
+                except ClientError as exc:
+                    with counts.get_lock():
+                        counts[1 if exc.status == "UNAVAILABLE" else 2] += 1
+                    time.sleep(REFUSED_PAUSE_S)
+                i += 1
+    threads = [threading.Thread(target=run, args=(w,)) for w in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 class BusyTenant:
-    """`workers` threads each keeping one max-size batch in flight until stopped; counts outcomes."""
+    """Runs _busy in a child process for the duration of a `with` block; served/refused/other counts."""
 
     def __init__(self, url: str, token: str | None, workers: int):
-        self.url, self.token, self.workers = url, token, workers
-        self.stop, self.served, self.refused, self.other = threading.Event(), 0, 0, 0
-        self.threads = [threading.Thread(target=self._run, args=(w,), daemon=True) for w in range(workers)]
-
-    def _run(self, worker: int) -> None:
-        with EmbeddingClient(self.url, token=self.token, retry=RetryPolicy(attempts=1)) as client:
-            i = 0
-            while not self.stop.is_set():
-                try:
-                    client.embed([TEXT.format(f"busy {worker} {i}", j) * 4 for j in range(BATCH)])
-                    self.served += 1
-                except ClientError as exc:
-                    if exc.status == "UNAVAILABLE":
-                        self.refused += 1
-                        time.sleep(0.005)   # a client's retry pause
-                    else:
-                        self.other += 1
-                i += 1
+        ctx = multiprocessing.get_context("spawn")
+        self.stop, self.counts = ctx.Event(), ctx.Array("l", 3)
+        self.process = ctx.Process(target=_busy, args=(url, token, workers, self.stop, self.counts), daemon=True)
 
     def __enter__(self) -> "BusyTenant":
-        for t in self.threads:
-            t.start()
-        time.sleep(1.0)   # the batches fill the server
+        self.process.start()
+        time.sleep(2.0)   # the process starts and the batches fill the server
+        self.before = list(self.counts)
         self.started = time.perf_counter()
         return self
 
     def __exit__(self, *exc) -> None:
         self.elapsed = time.perf_counter() - self.started
+        self.served, self.refused, self.other = (a - b for a, b in zip(list(self.counts), self.before))
         self.stop.set()
-        for t in self.threads:
-            t.join(60)
+        self.process.join(60)
+        if self.process.is_alive():
+            self.process.kill()
 
 
 def _row(name: str, r: OpenLoopResult, busy: BusyTenant | None) -> str:
@@ -129,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.busy_workers}`: a tritonserver serving {MODEL} behind the tenant gateway (cap "
         f"{settings.in_flight_cap} calls, {settings.work_cap} texts in flight; two tenants of weight 1, rate limits "
         f"that never bite). The small tenant sends one short text at {args.rate:g}/s; the busy tenant keeps "
-        f"{args.busy_workers} calls of {BATCH} texts in flight. Host: {quiet.summary()}; {os.cpu_count()} cores "
+        f"{args.busy_workers} calls of {BATCH} texts in flight from a process of its own, pausing "
+        f"{REFUSED_PAUSE_S * 1e3:.0f} ms after a refusal. Host: {quiet.summary()}; {os.cpu_count()} cores "
         "shared by client, NGINX and server.",
         "",
         "| small tenant | requests | refused | p50 ms | p95 ms | busy tenant |",
