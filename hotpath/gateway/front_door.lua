@@ -376,7 +376,16 @@ local function parse_infer_request(s, first, last)
   return ok, name, batch, dims_ok, refused
 end
 
+-- At capacity a call is refused before its body is read and parsed: refusing stays cheap when most
+-- calls are refused (perf/reports/overload.md).
+local function at_capacity(protocol)
+  if get("calls") >= cfg.max_calls then
+    return refuse(protocol, "UNAVAILABLE", cfg.overloaded, "1")
+  end
+end
+
 function M.grpc_infer()
+  at_capacity("grpc")
   local data = body()
   if not data or #data < 5 then
     return refuse("grpc", "INVALID_ARGUMENT", "gateway: empty or truncated gRPC message")
@@ -615,6 +624,7 @@ local function identity_encoding()
 end
 
 function M.http_infer(name)
+  at_capacity("http")
   local model = public_model("http", name)
   identity_encoding()
   local data = body()
