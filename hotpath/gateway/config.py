@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hotpath.gateway.front_door import (
+    ADMITTED_VARIABLE,
     CHARGE_SOCKET,
     CONFIG_FILE,
     SHARED_DICT,
@@ -157,6 +158,7 @@ def _error_pages(overloaded: str = "@overloaded") -> list[dict]:
 def _checks(protocol: str) -> list[dict]:
     """What both servers do before passing a call on: the token, error pages."""
     return [
+        d("set", f"${ADMITTED_VARIABLE}", ""),   # declared for front_door.lua's admission record
         d("if", TENANT, "=", "", block=[d("return", 401)]),
         d(f"{protocol}_set_header", "Authorization", ""),   # the token stops here
         d("error_page", 401, "=", "@unauthenticated"),

@@ -32,6 +32,9 @@ local INT_RANGE = {
 }
 local FLOAT_TYPES = { FP16 = true, FP32 = true, FP64 = true, BF16 = true }
 local MAX_DIM = 2147483647
+-- A tenant counts as active this long after its last call or refusal: longer than the Retry-After a
+-- refusal carries (1 s), so a client that waits as told is still a contender when it comes back.
+local ACTIVE_S = 3
 
 function M.init(path)
   local f = assert(io.open(path, "rb"))
@@ -190,6 +193,10 @@ function M.charge()
     return refuse("charge", "NOT_FOUND",
       "gateway: unknown model '" .. tostring(name):sub(1, 128) .. "'; public endpoints: " .. cfg.public_list)
   end
+  if not model.decoupled then   -- a stream's requests would bypass the in-flight caps and fair shares
+    return refuse("charge", "INVALID_ARGUMENT", "gateway: '" .. name .. "' answers once per request: " ..
+      "call ModelInfer; streams are for generation endpoints")
+  end
   limit("charge", tenant, requested_tokens(model, tonumber(args.max_tokens)))
   return refuse("charge", "OK", "")
 end
@@ -223,7 +230,7 @@ local function shares(tenant)
 end
 
 local function admit(protocol, tenant, work)
-  counters:set("seen:" .. tenant, true, 1)
+  counters:set("seen:" .. tenant, true, ACTIVE_S)
   local calls, total_work = get("calls"), get("work")
   if calls >= cfg.max_calls then
     return refuse(protocol, "UNAVAILABLE", cfg.overloaded, "1")
@@ -259,14 +266,18 @@ local function admit(protocol, tenant, work)
   counters:incr("work", work, 0)
   counters:incr("calls:" .. tenant, 1, 0)
   counters:incr("work:" .. tenant, work, 0)
-  ngx.ctx.hotpath_admitted = { tenant, work }
+  -- ngx.ctx is lost on error_page's redirect to a named location (a 502 from a dead replica): the
+  -- record lives in a request variable, which that redirect keeps.
+  ngx.var[cfg.admitted_variable] = tenant .. " " .. work
 end
 
 -- log phase: every request ends here, answered or not
 function M.release()
-  local admitted = ngx.ctx.hotpath_admitted
-  if admitted then
-    local tenant, work = admitted[1], admitted[2]
+  local admitted = ngx.var[cfg.admitted_variable]
+  if admitted and admitted ~= "" then
+    ngx.var[cfg.admitted_variable] = ""
+    local tenant, work = admitted:match("^(%S+) (%d+)$")
+    work = tonumber(work)
     counters:incr("calls", -1, 0)
     counters:incr("work", -work, 0)
     counters:incr("calls:" .. tenant, -1, 0)
@@ -324,17 +335,45 @@ end
 -- The model's name, the first input's first dimension (the batch of a batched model), and whether every
 -- dimension of every input fits 1..2^31-1 (Triton 2.51 keeps a batch size in 32 bits: a first dimension of
 -- 2^32 + 1 with one item in it is served as a batch of 1; a dimension of 0 with data was served too).
--- The key of each entry of a protobuf map<string, InferParameter> field (entry: key = 1, value = 2).
-local function refused_key(s, a, b)
-  local found
-  fields(s, a, b, function(n, w, x, y)
-    if n == 1 and w == 2 and refused_parameter[s:sub(x, y)] then
-      found = s:sub(x, y)
+-- Field numbers and wire types each inspected message may hold (inference.proto): anything else, groups
+-- and unknown fields included, refuses the call. Triton's C++ parser skips what it does not know, so a
+-- reader that stopped at an unknown field would let a tenant hide fields behind it.
+local LEN, VARINT = { [2] = true }, { [0] = true }
+local SCHEMA = {
+  request = { LEN, LEN, LEN, LEN, LEN, LEN, LEN },       -- name, version, id, parameters, inputs, outputs, raw
+  input = { LEN, LEN, { [0] = true, [2] = true }, LEN, LEN },   -- name, datatype, shape, parameters, contents
+  output = { LEN, LEN },                                  -- name, parameters
+  entry = { LEN, LEN },                                   -- map entry: key, value
+  named = { LEN, LEN },                                   -- ModelReady/Metadata/Config: name, version
+}
+
+-- fields() with the schema enforced; false on anything it does not allow.
+local function strict(s, a, b, schema, on_field)
+  local fine = true
+  local ok = fields(s, a, b, function(n, w, x, y)
+    if not (schema[n] and schema[n][w]) then
+      fine = false
+    elseif on_field and on_field(n, w, x, y) == false then
+      fine = false
     end
   end)
-  return found
+  return ok and fine
 end
 
+-- A map<string, InferParameter>'s entry: false when malformed; else the key when it is refused, or true.
+local function entry_key(s, a, b)
+  local key
+  local ok = strict(s, a, b, SCHEMA.entry, function(n, w, x, y)
+    if n == 1 then key = s:sub(x, y) end
+  end)
+  if not ok then return false end
+  return key and refused_parameter[key] and key or true
+end
+
+-- The model's name, the first input's first dimension (the batch of a batched model), whether every
+-- dimension of every input fits 1..2^31-1 (Triton 2.51 keeps a batch size in 32 bits: a first dimension of
+-- 2^32 + 1 with one item in it is served as a batch of 1; a dimension of 0 with data was served too),
+-- and a refused parameter key if any.
 local function parse_infer_request(s, first, last)
   local name, batch, dims_ok, refused = nil, nil, true, nil
   local function dim(value)
@@ -344,49 +383,46 @@ local function parse_infer_request(s, first, last)
       batch = value
     end
   end
-  local ok = fields(s, first, last, function(number, wire, a, b)
-    if number == 1 and wire == 2 then
+  local function parameter(x, y)
+    local key = entry_key(s, x, y)
+    if key == false then return false end
+    if key ~= true then refused = refused or key end
+  end
+  local ok = strict(s, first, last, SCHEMA.request, function(number, wire, a, b)
+    if number == 1 then
       name = s:sub(a, b)
-    elseif number == 4 and wire == 2 then   -- the request's parameters
-      refused = refused or refused_key(s, a, b)
-    elseif number == 6 and wire == 2 then   -- an output: parameters = 2
-      fields(s, a, b, function(n, w, x, y)
-        if n == 2 and w == 2 then refused = refused or refused_key(s, x, y) end
+    elseif number == 4 then
+      return parameter(a, b)
+    elseif number == 6 then
+      return strict(s, a, b, SCHEMA.output, function(n, w, x, y)
+        if n == 2 then return parameter(x, y) end
       end)
-    elseif number == 5 and wire == 2 then
+    elseif number == 5 then
       local first_input = batch == nil
-      fields(s, a, b, function(n, w, x, y)
-        if n == 4 and w == 2 then refused = refused or refused_key(s, x, y) end
+      local fine = strict(s, a, b, SCHEMA.input, function(n, w, x, y)
+        if n == 4 then return parameter(x, y) end
         if n ~= 3 then return end
         if w == 0 then
           dim(x)
-        elseif w == 2 then
+        else
           local pos = x
           while pos <= y do
             local value
             value, pos = varint(s, pos)
             dim(value)
-            if not value then break end
+            if not value then return false end
           end
         end
       end)
-      if not first_input and batch == nil then batch = 0 end
+      if first_input and batch == nil then batch = 0 end
+      return fine
     end
   end)
   return ok, name, batch, dims_ok, refused
 end
 
--- At capacity a call is refused before its body is read and parsed: refusing stays cheap when most
--- calls are refused (perf/reports/overload.md).
-local function at_capacity(protocol)
-  if get("calls") >= cfg.max_calls then
-    return refuse(protocol, "UNAVAILABLE", cfg.overloaded, "1")
-  end
-end
-
-function M.grpc_infer()
-  at_capacity("grpc")
-  local data = body()
+-- One uncompressed gRPC message in the body: its protobuf's first and last byte, or a refusal.
+local function grpc_message_of(data)
   if not data or #data < 5 then
     return refuse("grpc", "INVALID_ARGUMENT", "gateway: empty or truncated gRPC message")
   end
@@ -394,10 +430,26 @@ function M.grpc_infer()
     return refuse("grpc", "INVALID_ARGUMENT", "gateway: compressed gRPC messages are not accepted")
   end
   local b2, b3, b4, b5 = data:byte(2, 5)
-  local length = ((b2 * 256 + b3) * 256 + b4) * 256 + b5
-  if length + 5 ~= #data then
-    return refuse("grpc", "INVALID_ARGUMENT", "gateway: one ModelInferRequest message per call")
+  if ((b2 * 256 + b3) * 256 + b4) * 256 + b5 + 5 ~= #data then
+    return refuse("grpc", "INVALID_ARGUMENT", "gateway: one request message per call")
   end
+  return 6, #data
+end
+
+-- At capacity a call is refused before its body is read and parsed: refusing stays cheap when most
+-- calls are refused (perf/reports/overload.md).
+local function at_capacity(protocol)
+  if get("calls") >= cfg.max_calls then
+    -- still a contender: the others' shares shrink for it while it waits
+    counters:set("seen:" .. ngx.var[cfg.tenant_variable], true, ACTIVE_S)
+    return refuse(protocol, "UNAVAILABLE", cfg.overloaded, "1")
+  end
+end
+
+function M.grpc_infer()
+  at_capacity("grpc")
+  local data = body()
+  grpc_message_of(data)
   local ok, name, batch, dims_ok, refused = parse_infer_request(data, 6, #data)
   if not ok then
     return refuse("grpc", "INVALID_ARGUMENT", "gateway: malformed ModelInferRequest")
@@ -421,10 +473,11 @@ end
 -- ModelReady / ModelMetadata / ModelConfig: field 1 of the request names the model.
 function M.grpc_model()
   local data = body()
-  if not data or #data < 5 or data:byte(1) ~= 0 then
-    return refuse("grpc", "INVALID_ARGUMENT", "gateway: empty, truncated or compressed gRPC message")
-  end
-  local ok, name = parse_infer_request(data, 6, #data)
+  grpc_message_of(data)
+  local name
+  local ok = strict(data, 6, #data, SCHEMA.named, function(n, w, x, y)
+    if n == 1 then name = data:sub(x, y) end
+  end)
   if not ok then
     return refuse("grpc", "INVALID_ARGUMENT", "gateway: malformed request message")
   end
@@ -455,12 +508,23 @@ end
 
 -- Checks every leaf of `data` (nested arrays) against `datatype`; returns the leaf count and the least
 -- and greatest number of arrays around a leaf, or nil, why.
+-- Nested data whose every list at level d holds shape[d] items.
+local function nested_as(v, shape, level)
+  if level > #shape then return type(v) ~= "table" end
+  if type(v) ~= "table" or #v ~= shape[level] then return false end
+  for _, item in ipairs(v) do
+    if not nested_as(item, shape, level + 1) then return false end
+  end
+  return true
+end
+
 local function check_data(data, datatype)
   local count, shallow, deep = 0, math.huge, 0
   local range, float = INT_RANGE[datatype], FLOAT_TYPES[datatype]
   local function walk(v, depth)
     if type(v) == "table" then
       if not is_array(v) then return "an object inside 'data'" end
+      if next(v) == nil then return "an empty list inside 'data'" end   -- cjson would write it as {}
       for _, item in ipairs(v) do
         local why = walk(item, depth + 1)
         if why then return why end
@@ -479,7 +543,9 @@ local function check_data(data, datatype)
         return string.format("%s data must be within [%.0f, %.0f]", datatype, range[1], range[2])
       end
     elseif float then
-      if type(v) ~= "number" then return datatype .. " data must be numbers" end
+      if type(v) ~= "number" or v ~= v or v == math.huge or v == -math.huge then
+        return datatype .. " data must be finite numbers"
+      end
     end
     return nil
   end
@@ -500,7 +566,8 @@ local function check_parameters(params, allowed, where)
         or kind == "count" and is_count(value, INT_RANGE.INT64[2])
         or kind == "id" and (type(value) == "string" or is_count(value, INT_RANGE.INT64[2]))
         or kind == "scalar" and (type(value) == "string" or type(value) == "boolean"
-                                 or type(value) == "number" and value == math.floor(value))
+                                 or type(value) == "number" and value == math.floor(value)
+                                    and math.abs(value) <= INT64_MAX)
     if not kind then
       return nil, where .. ": parameter '" .. tostring(key):sub(1, 64) .. "' is not accepted"
     end
@@ -545,7 +612,7 @@ local function check_tensor(t, spec, where, binary_left)
   local count, shallow, deep = check_data(t.data, t.datatype)
   if not count then return nil, where .. ": " .. shallow end
   -- flat, or nested exactly as the shape (Triton flattened any nesting, so [[["x"]]] passed for [1, 1])
-  if count > 0 and not (shallow == deep and (deep == 1 or deep == #t.shape)) then
+  if not (shallow == deep and (deep == 1 or deep == #t.shape and nested_as(t.data, t.shape, 1))) then
     return nil, where .. ": data must be a flat list or nested as its shape (" .. #t.shape .. " levels)"
   end
   if count ~= elements then
@@ -595,10 +662,11 @@ local function forward(doc, data, header_length)
     doc.outputs = nil   -- cjson would write the empty list as {}
   end
   local header = cjson.encode(doc)
-  if header_length == #data then
-    ngx.req.set_body_data(header)
-  else
-    ngx.req.set_body_data(header .. data:sub(header_length + 1))
+  if not header then
+    return refuse("http", "INVALID_ARGUMENT", "gateway: the body holds a value JSON cannot carry")
+  end
+  ngx.req.set_body_data(header .. data:sub(header_length + 1))
+  if ngx.var.http_inference_header_content_length then
     ngx.req.set_header("Inference-Header-Content-Length", tostring(#header))
   end
 end
@@ -682,8 +750,12 @@ function M.http_generate(name)
         return refuse("http", "INVALID_ARGUMENT", "gateway: input '" .. tostring(key):sub(1, 64) ..
           "': the model has no such input")
       end
-      local count, why = check_data(value, spec.datatype)
+      local count, why, deep = check_data(value, spec.datatype)
       if not count then return refuse("http", "INVALID_ARGUMENT", "gateway: input '" .. key .. "': " .. why) end
+      if count == 0 or deep > 1 then   -- the model reads a value or a flat list (and [[1024]] as 1024 tokens)
+        return refuse("http", "INVALID_ARGUMENT", "gateway: input '" .. key .. "' must be a value or a flat, " ..
+          "non-empty list")
+      end
     end
   end
   for key, spec in pairs(model.inputs) do
@@ -692,7 +764,11 @@ function M.http_generate(name)
     end
   end
   limit("http", ngx.var[cfg.tenant_variable], requested_tokens(model, doc[model.max_tokens_input or ""]))
-  ngx.req.set_body_data(cjson.encode(doc))
+  local text = cjson.encode(doc)
+  if not text then
+    return refuse("http", "INVALID_ARGUMENT", "gateway: the body holds a value JSON cannot carry")
+  end
+  ngx.req.set_body_data(text)
 end
 
 return M

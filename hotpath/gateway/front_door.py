@@ -39,6 +39,7 @@ LUA_MODULE = "hotpath_front_door"        # its name in package.loaded (set in th
 SHARED_DICT = "hotpath_admission"         # in-flight calls and work per tenant, shared by the workers
 CONFIG_FILE = "front_door.json"           # beside nginx.conf
 CHARGE_SOCKET = "charge.sock"             # beside nginx.conf: the stream admission asks /charge there
+ADMITTED_VARIABLE = "hotpath_admitted"   # "tenant work" of an admitted call, released in the log phase
 STREAM_TENANT_HEADER = "x-hotpath-tenant"   # set by NGINX on streams it passes to the stream admission
 # text_generation's spec: the input that bounds the tokens a request generates, and the parameter giving
 # its default; a generation request is charged that many tokens against its tenant's tokens per minute.
@@ -107,7 +108,7 @@ def front_door_json(models: tuple[PublicModel, ...], tenants: tuple[Tenant, ...]
         "parameters": PARAMETERS, "parameter_kinds": PARAMETER_KINDS, "refused_parameters": REFUSED_PARAMETERS,
         "max_calls": max_calls, "max_work": max_work,
         "max_json_depth": MAX_JSON_DEPTH, "shared_dict": SHARED_DICT,
-        "overloaded": overloaded, "tenant_variable": tenant_variable,
+        "overloaded": overloaded, "tenant_variable": tenant_variable, "admitted_variable": ADMITTED_VARIABLE,
         "charge_key": charge_key or secrets.token_hex(16),   # no key given: nobody can charge
     }, sort_keys=True)
 

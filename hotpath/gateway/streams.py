@@ -36,6 +36,8 @@ _HOP_HEADERS = {STREAM_TENANT_HEADER, GRPC_ERROR_HEADER, "authorization", "conte
                 "grpc-encoding", "grpc-timeout"}
 _INTEGER_CONTENTS = ("int_contents", "int64_contents", "uint_contents", "uint64_contents")
 MAX_DIM = 2**31 - 1
+CHARGE_TIMEOUT_S = 5.0
+OUT_QUEUE = 64   # responses buffered per stream before the relay stops reading from the replica
 _RAW_INTEGERS = {"INT32": "<i4", "INT64": "<i8", "UINT32": "<u4", "UINT64": "<u8"}
 
 
@@ -90,7 +92,7 @@ class Charger:
         try:
             writer.write(f"GET /charge?{query} HTTP/1.0\r\nHost: gateway\r\nX-Hotpath-Key: {self.key}\r\n\r\n".encode())
             await writer.drain()
-            raw = await reader.read()
+            raw = await asyncio.wait_for(reader.read(), CHARGE_TIMEOUT_S)
         finally:
             writer.close()
         head, _, body = raw.partition(b"\r\n\r\n")
@@ -118,17 +120,20 @@ class StreamAdmission:
         channel = self._channels[next(self._next)]
         upstream = channel.stream_stream(METHOD, request_serializer=None, response_deserializer=None)(
             metadata=forward)
-        out: asyncio.Queue = asyncio.Queue()
+        out: asyncio.Queue = asyncio.Queue(OUT_QUEUE)   # a client that does not read holds Triton back
         done = object()
 
         async def pump_in():
             try:
                 async for raw in requests:
                     request = service_pb2.ModelInferRequest.FromString(raw)
+                    # What is checked is what goes on: Triton's C++ parser keeps a map entry that holds
+                    # an unknown field, which Python's parser sets aside (and would not check).
+                    request.DiscardUnknownFields()
                     refused = malformed(request) or await self.charge(tenant, request.model_name,
                                                                       requested_tokens(request))
                     if refused is None:
-                        await upstream.write(raw)
+                        await upstream.write(request.SerializeToString())
                     else:
                         await out.put(refusal_response(request, *refused))
                 await upstream.done_writing()

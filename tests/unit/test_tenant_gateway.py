@@ -287,7 +287,8 @@ HTTP_ADMIN = [("POST", p) for p in ("/v2/repository/index", "/v2/repository/mode
 
 
 # One public endpoint "m"; "step" stands for an ensemble's internal step, which is not public.
-PUBLIC = (PublicModel("m", {"TEXT": ("BYTES", False), "K": ("INT32", True)}, ("OUT",), 8, True),)
+PUBLIC = (PublicModel("m", {"TEXT": ("BYTES", False), "K": ("INT32", True), "T": ("FP32", True)}, ("OUT",), 8,
+                      True),)
 NOT_PUBLIC = ("step", "stats", "", "m/../step", "M")
 
 
@@ -530,6 +531,11 @@ BAD_HTTP_BODIES = {
                               "'classification' is not accepted"),
     "binary_data not bool": (_infer(_text(), outputs=[{"name": "OUT", "parameters": {"binary_data": 1}}]),
                              "binary_data"),
+    "infinite parameter": (_infer(_text(), parameters={"x": 1e400}).replace(b"Infinity", b"1e400"), "'x'"),
+    "infinite float": (_infer(_text(), {"name": "T", "datatype": "FP32", "shape": [1, 1], "data": [1e400]})
+                       .replace(b"Infinity", b"1e400"), "finite"),
+    "empty list inside data": (_infer(_text(data=[[], ["a"]])), "empty list"),
+    "ragged nesting": (_infer(_text(data=[["a", "b"], ["c"]], shape=(3, 1))), "nested as its shape"),
     "NaN": (_infer(_text()).replace(b'"x"', b'"x"], "parameters": {"p": NaN}, "z": [1'), "does not parse"),
 }
 
@@ -541,6 +547,54 @@ def test_malformed_http_bodies_are_400_at_the_gateway(bare_gateway, case):
     status, message = http_answer("POST", "/v2/models/m/infer", body)
     assert status == 400 and fragment in message, (status, message)
     assert not [e for e in gateway.log(count=1) if e.upstream], "a refused body reached an upstream"
+
+
+def test_calls_that_meet_no_replica_give_their_slot_back(bare_gateway):
+    """An admitted call answered by error_page (502: no replica) released nothing: after 8 (the cap)
+    every later call was refused 'at capacity' for good."""
+    _, _, http_answer = bare_gateway
+    for _ in range(20):
+        assert http_answer("POST", "/v2/models/m/infer") == (502, UNREACHABLE)
+
+
+def test_generate_values_are_a_value_or_a_flat_list(bare_gateway):
+    """The model reads [[1024]] as 1024 tokens where the gateway charged the default."""
+    _, _, http_answer = bare_gateway
+    stream = "/v2/models/m/generate_stream"
+    for body in (b'{"TEXT": "hi", "K": [[5]]}', b'{"TEXT": "hi", "K": []}', b'{"TEXT": [["hi"]]}',
+                 b'{"TEXT": "hi", "T": 1e999}'):
+        status, message = http_answer("POST", stream, body)
+        assert status == 400, (body, status, message)
+    assert http_answer("POST", stream, b'{"TEXT": ["a/b"], "K": [5], "T": 0.5}')[0] == 502
+
+
+def test_a_request_message_with_fields_the_gateway_cannot_read_is_refused(bare_gateway):
+    """A protobuf group or unknown field stopped the reader while Triton's parser skips it: what came after
+    (a 'classification' parameter, a 2^32+1 batch) reached Triton unchecked."""
+    from tritonclient.grpc import service_pb2
+
+    gateway, _, _ = bare_gateway
+    clean = service_pb2.ModelInferRequest(model_name="m")
+    clean.inputs.add(name="TEXT", datatype="BYTES", shape=[1, 1])
+    out = clean.outputs.add(name="OUT")
+    hidden = service_pb2.ModelInferRequest().outputs.add(name="OUT")
+    hidden.parameters["classification"].int64_param = 3
+    group, unknown = b"\x7b\x7c", b"\x78\x01"   # field 15 as an empty group; field 15 as a varint
+    bodies = []
+    for prefix in (group, unknown):
+        inner = b"\x0a\x03OUT" + prefix + hidden.SerializeToString()[5:]
+        bodies.append(clean.SerializeToString() + b"\x32" + bytes([len(inner)]) + inner)
+    bodies.append(clean.SerializeToString() + unknown)
+    with grpc.insecure_channel(gateway.grpc_url) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+        for body in bodies:
+            with pytest.raises(grpc.RpcError) as err:
+                call(body, metadata=[("authorization", f"Bearer {TOKENS[0]}")], timeout=10)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "malformed" in err.value.details()
+        with pytest.raises(grpc.RpcError) as err:   # the clean message passes on (no replica behind)
+            call(clean.SerializeToString(), metadata=[("authorization", f"Bearer {TOKENS[0]}")], timeout=10)
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert out.name == "OUT"
 
 
 def test_a_compressed_body_is_refused(bare_gateway):

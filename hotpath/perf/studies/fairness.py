@@ -1,13 +1,14 @@
 """Fair shares at the tenant gateway: a small tenant's latency while another saturates the replica with
 max-size batches; appends a dated section to perf/reports/fairness.md (earlier sections are kept).
 
-    .venv/bin/hotpath study fairness [--duration 15] [--rate 20] [--busy-workers 8] [--allow-busy]
+    .venv/bin/hotpath study fairness [--duration 15] [--rate 20] [--busy-workers 8] [--instances N] [--allow-busy]
 
 One tritonserver serving text_embedding; the small tenant sends one short unique text at `--rate`/s
 (open loop) for `--duration` s: alone, then while the busy tenant (a process of its own) keeps
 `--busy-workers` calls of 32 short texts (the endpoint's max batch) in flight through the gateway,
 pausing 50 ms after a refusal, then the same busy load sent to Triton directly (no gateway: what the
-small tenant meets without fair shares).
+small tenant meets without fair shares). `--instances N` reloads sentence_embedder with N instances of
+one ORT thread each (the spec ships 1 instance of 2 threads): a batch holds one instance, not both cores.
 """
 
 import multiprocessing
@@ -27,6 +28,7 @@ from hotpath.gateway.tenants import Tenant, new_token
 from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.perf.measure.host_load import require_quiet
 from hotpath.perf.measure.open_loop import OpenLoopResult, run_open_loop
+from hotpath.perf.measure.reconfigure import reconfigured
 from hotpath.perf.studies import runner
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
@@ -35,6 +37,7 @@ from hotpath.server.subset import linked
 REPORT = paths.ROOT / "perf" / "reports" / "fairness.md"
 MODEL = "text_embedding"
 BATCH = 32   # text_embedding's max_batch_size
+STEP = "sentence_embedder"
 REFUSED_PAUSE_S = 0.05   # a refused busy call waits this long (a client's backoff floor) before the next
 TEXT = "fairness study {} {}: a unique text so that the response cache never answers"
 
@@ -86,6 +89,15 @@ class BusyTenant:
             self.process.kill()
 
 
+def _instances(count: int):
+    def change(config):
+        del config.instance_group[1:]
+        config.instance_group[0].count = count
+        config.parameters["intra_op_thread_count"].string_value = "1"
+        return config
+    return change
+
+
 def _row(name: str, r: OpenLoopResult, busy: BusyTenant | None) -> str:
     refused = len(r.outcomes) - len(r.of("OK"))
     busy_cell = "-" if busy is None else (f"{busy.served * BATCH / busy.elapsed:.0f} texts/s, "
@@ -99,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=15.0, help="seconds per open-loop run")
     parser.add_argument("--rate", type=float, default=20.0, help="the small tenant's requests/s")
     parser.add_argument("--busy-workers", type=int, default=8, help="max-size batches the busy tenant keeps in flight")
+    parser.add_argument("--instances", type=int, default=0, help="sentence_embedder instances of 1 thread (0: spec)")
     args = parser.parse_args(argv)
     try:
         quiet = require_quiet(args.allow_busy)
@@ -109,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     tenants = tuple(Tenant(name, token, 100_000, 100_000) for name, token in tokens.items())
     repository = linked(next(e for e in load_endpoints("cpu") if e.name == MODEL).models)
     rows, p95 = [], {}
-    with LocalTriton(repository, ServerPorts(*free_ports(3)), log=lambda m: None) as triton:
+    with LocalTriton(repository, ServerPorts(*free_ports(3)), log=lambda m: None, model_control="explicit") as triton, \
+            reconfigured(triton.grpc_url, {STEP: _instances(args.instances)} if args.instances else {}):
         run_open_loop(triton.grpc_url, MODEL, lambda i: [text_input("TEXT", [TEXT.format("warm", i)])], 100, 3)
         grpc_port, http_port = free_ports(2)
         settings = TenantGatewaySettings(grpc_port, http_port, (triton.grpc_url,), (triton.http_url,), tenants,
@@ -139,7 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         f"## Fair shares ({datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC)",
         "",
         f"`.venv/bin/hotpath study fairness --duration {args.duration:g} --rate {args.rate:g} --busy-workers "
-        f"{args.busy_workers}`: a tritonserver serving {MODEL} behind the tenant gateway (cap "
+        f"{args.busy_workers}{f' --instances {args.instances}' if args.instances else ''}`: a tritonserver "
+        f"serving {MODEL} ({STEP}: "
+        f"{f'{args.instances} instances of 1 ORT thread' if args.instances else 'the spec, 1 instance of 2 threads'}) behind the tenant gateway (cap "
         f"{settings.in_flight_cap} calls, {settings.work_cap} texts in flight; two tenants of weight 1, rate limits "
         f"that never bite). The small tenant sends one short text at {args.rate:g}/s; the busy tenant keeps "
         f"{args.busy_workers} calls of {BATCH} texts in flight from a process of its own, pausing "
