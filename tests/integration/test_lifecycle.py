@@ -169,8 +169,11 @@ def test_rolling_out_new_versions_and_configs_under_load_fails_no_request(reposi
           f"({', '.join(f'{m} {s:.1f} s' for m, s in took.items())}), 0 failed")
 
 
-def test_sigterm_lets_streams_in_flight_finish(triton, tmp_path):
-    """Token streams of the decoupled generation model that run when SIGTERM arrives end normally."""
+def test_sigterm_ends_streams_in_flight_promptly_and_retryably(triton, tmp_path):
+    """Token streams of the decoupled generation model that run when SIGTERM arrives end at once: each
+    either finished or got UNAVAILABLE "being unloaded" (retryable elsewhere; Triton finalizes a decoupled
+    model only once every response sender is closed, so running streams would hold the shutdown for the
+    longest generation), and the server exits well within its exit timeout."""
     server = _server(_copy(triton.repository, tmp_path, ["text_generation"])).start()
     events: dict[int, list] = {i: [] for i in range(3)}
 
@@ -200,10 +203,12 @@ def test_sigterm_lets_streams_in_flight_finish(triton, tmp_path):
         exit_s = time.monotonic() - killed
     finally:
         server.stop()
-    assert server.process.returncode == 0 and exit_s <= EXIT_TIMEOUT_S + 1, exit_s
+    assert server.process.returncode == 0 and exit_s <= EXIT_TIMEOUT_S / 2, exit_s
     assert running, "every stream ended before the signal: nothing was in flight"
-    failed = [e for got in events.values() for e in got if isinstance(e, Exception)]
-    assert not failed, failed
     for i, got in events.items():
-        assert isinstance(got[-1], Generation), f"stream {i}: {got[-1]!r}"
-        assert got[-1].finish_reason == "length" and got[-1].completion_tokens == 64
+        last = got[-1]
+        if isinstance(last, Generation):
+            assert last.finish_reason == "length" and last.completion_tokens == 64, (i, last)
+        else:
+            assert isinstance(last, ServerUnavailableError) and "being unloaded" in str(last), (i, last)
+            assert not [e for e in got[:-1] if isinstance(e, Exception)], (i, got)

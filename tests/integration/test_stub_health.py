@@ -105,11 +105,12 @@ def test_kill_each_stub_under_load_recovers(server, configs, model):
         deadline = killed_at + 90
         while not (guard.recoveries and guard.recoveries[-1].recovered_at) and time.monotonic() < deadline:
             time.sleep(0.1)
-        # Serving again: the first success after the recovery, then 1 s more of load.
-        while time.monotonic() < deadline and not any(ok for t, ok in outcomes if t > killed_at
-                                                      and guard.recoveries and guard.recoveries[-1].recovered_at):
+        # Serving again: three requests answered after the recovery (on a busy host the load is slow, so
+        # a fixed second after the first success may hold fewer than the tail checked below).
+        recovered_at = guard.recoveries[-1].recovered_at if guard.recoveries else None
+        while time.monotonic() < deadline and recovered_at and \
+                sum(1 for t, _ in list(outcomes) if t > recovered_at) < 3:
             time.sleep(0.1)
-        time.sleep(1.0)
     finally:
         stop.set()
         worker.join()
