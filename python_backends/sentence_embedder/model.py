@@ -26,8 +26,8 @@ class TritonPythonModel:
         exit_with_server()   # a crashed tritonserver leaves no orphan stub (hotpath.runtime.lifetime)
         self.execute_log = ExecuteLog.open(args)
         params = parameters(args)
-        # One text runs on every intra-op thread; a batch is cut by length into one single-thread run
-        # per thread, at the same time (hotpath.runtime.split_run: low latency alone, throughput in load).
+        # With several intra-op threads one text runs on all of them and a batch is cut by length into one
+        # single-thread run per thread (hotpath.runtime.split_run); the spec ships one thread per instance.
         self.embedder = Embedder(version_dir(args), params)
         self.limits = text_limits(params)
 
