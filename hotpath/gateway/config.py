@@ -196,6 +196,7 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
         d("limit_conn_log_level", "info"),
         d("client_max_body_size", s.max_body_bytes),
         d("client_body_buffer_size", "1m"),
+        d("client_body_in_single_buffer", "on"),   # front_door.lua reads it whole; a retry re-sends it
         upstream("triton_grpc", s.grpc_upstreams, keepalive=64, fail_timeout_s=s.fail_timeout_s),
         upstream("triton_http", s.http_upstreams, keepalive=64, fail_timeout_s=s.fail_timeout_s),
         d("server", block=[

@@ -256,7 +256,12 @@ class Engine:
                     if self._stopping or self._draining:
                         return
                 try:
-                    ready = is_ready()
+                    ready = _within(is_ready, READY_TIMEOUT_S)
+                except TimeoutError:
+                    # The check itself hung (seen once the server's shutdown had begun: the streams then
+                    # waited out the exit timeout): a server that cannot answer it is going away.
+                    log.warning("readiness check unanswered for %.0f s: draining", READY_TIMEOUT_S)
+                    ready = False
                 except Exception as exc:
                     # Triton 2.51 answers "Server not ready" once its shutdown began; any other failure is
                     # the check's own: stop watching rather than end streams on a guess.
@@ -504,3 +509,29 @@ def _safe(call, *args) -> bool:
     except Exception:
         log.warning("response sink failed", exc_info=True)
         return False
+
+
+READY_TIMEOUT_S = 3.0   # an unanswered readiness check counts as "going away" after this long
+
+
+def _within(fn, timeout_s: float):
+    """fn() on a daemon thread; its result, or TimeoutError when it has not returned in `timeout_s`
+    (the thread is left to finish on its own)."""
+    box: list = []
+    done = threading.Event()
+
+    def run():
+        try:
+            box.append((True, fn()))
+        except BaseException as exc:   # handed to the caller
+            box.append((False, exc))
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="generation-ready-check", daemon=True).start()
+    if not done.wait(timeout_s):
+        raise TimeoutError
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
