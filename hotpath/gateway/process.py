@@ -61,8 +61,10 @@ class TenantGateway:
         return self
 
     def stop(self) -> None:
-        self.streams.stop()
-        self.nginx.stop()
+        try:
+            self.streams.stop()
+        finally:   # NGINX never outlives the gateway (a failed stop of the admission left masters behind)
+            self.nginx.stop()
 
     def __enter__(self) -> "TenantGateway":
         return self.start()
