@@ -235,6 +235,7 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
         d("server", block=[
             d("listen", f"unix:{workdir / CHARGE_SOCKET}"),
             d("access_log", "off"),
+            d("set", f"${ADMITTED_VARIABLE}", ""),   # read by the http-level log_by_lua
             d("location", "=", "/charge", block=[d("content_by_lua", lua_call("charge"))]),
             d("location", "/", block=[d("return", 404)]),
         ]),
