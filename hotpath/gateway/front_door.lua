@@ -82,7 +82,6 @@ local function refuse(protocol, code, message, retry_after)
   ngx.print(cjson.encode({ error = message }))
   return ngx.exit(ngx.status)
 end
-M.refuse = refuse
 
 local function public_model(protocol, name)
   local model = cfg.models[name]
