@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
-APT_PACKAGES=(libb64-0d prometheus nginx libnginx-mod-http-lua lua-cjson)   # perf_analyzer links libb64.so.0d; prometheus + promtool: monitoring/; nginx: local replicas; its Lua module + cjson: the gateway's checks (hotpath/gateway/front_door.lua)
+APT_PACKAGES=(libb64-0d prometheus nginx libnginx-mod-http-lua lua-cjson redis-server lua-nginx-redis)   # perf_analyzer links libb64.so.0d; prometheus + promtool: monitoring/; nginx: local replicas; its Lua module + cjson: the gateway's checks (hotpath/gateway/front_door.lua); redis-server + lua-nginx-redis (Debian's lua-resty-redis): shared quotas and cache (hotpath/shared_state/)
 
 say() { echo "[setup] $*"; }
 

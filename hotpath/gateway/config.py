@@ -61,6 +61,8 @@ from hotpath.nginx.access_log import GRPC_HEADER_FIELD, TENANT_FIELD
 from hotpath.nginx.access_log import LOG_FIELDS as NGINX_LOG_FIELDS
 from hotpath.nginx.directives import d, grpc_error, main_context, render
 from hotpath.nginx.upstreams import FAIL_TIMEOUT_S, connect_timeout, retry_idempotent, upstream
+from hotpath.shared_state.cache_key import DEFAULT_TTL_S
+from hotpath.shared_state.target import RedisTarget
 
 # Refusal messages: the client sees them as the gRPC status message or the HTTP error text.
 UNAUTHENTICATED = "gateway: missing or unknown tenant token; send the header authorization: Bearer <token>"
@@ -105,18 +107,28 @@ class TenantGatewaySettings:
     max_work: int = 0                    # items in flight per replica; 0: front_door.work_cap(models)
     stream_port: int = 0                 # the stream admission's loopback port; 0: streams are refused
     charge_key: str = field(default="", repr=False)   # what the stream admission shows /charge
+    redis: RedisTarget | None = None     # the fleet's Redis: shared budgets (and the exact cache); None: per replica
+    cache_build: str = ""                # hotpath.shared_state.cache_key.repository_build(); "": no exact cache
+    cache_ttl_s: int = DEFAULT_TTL_S
+    status_port: int = 0                 # loopback /metrics and /health of the gateway itself; 0: none
 
     log_fields = LOG_FIELDS
     unreachable_message = UNREACHABLE
 
     @property
     def listen_ports(self) -> list[int]:
-        return [self.grpc_port, self.http_port]
+        return [self.grpc_port, self.http_port] + ([self.status_port] if self.status_port else [])
+
+    @property
+    def caches(self) -> bool:
+        return self.redis is not None and bool(self.cache_build)
 
     def private_files(self) -> dict[str, str]:
+        cache = {"build": self.cache_build, "ttl_s": self.cache_ttl_s} if self.caches else None
         return {TOKEN_MAP: render(token_map(self.tenants)),
                 CONFIG_FILE: front_door_json(self.models, self.tenants, self.in_flight_cap, self.work_cap,
-                                             OVERLOADED.format(cap=self.in_flight_cap), TENANT_FIELD, self.charge_key)}
+                                             OVERLOADED.format(cap=self.in_flight_cap), TENANT_FIELD, self.charge_key,
+                                             self.redis, cache)}
 
     def directives(self, workdir: Path) -> list[dict]:
         return config(self, workdir)
@@ -190,7 +202,7 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
         d("lua_package_cpath", cjson_cpath()),
         d("lua_shared_dict", SHARED_DICT, "1m"),
         d("init_by_lua", init_lua(workdir)),
-        d("log_by_lua", lua_call("release")),
+        d("log_by_lua", lua_call("release") + (f"; {lua_call('cache_store')}" if s.caches else "")),
         d("limit_conn_status", 503),
         # Refusals are expected under load and are in the access log; the error log keeps real errors.
         d("limit_conn_log_level", "info"),
@@ -220,7 +232,7 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
             connect_timeout("proxy"),
             *_checks("proxy"),
             d("location", "~", HTTP_INFER, block=[d("access_by_lua", lua_call("http_infer", "ngx.var[1]")),
-                                                  proxy_pass, *http_retry]),
+                                                  *_cache_filters(s), proxy_pass, *http_retry]),
             # generate_stream is server-sent events: each token goes on as it comes.
             d("location", "~", HTTP_STREAM, block=[*streams, d("access_by_lua", lua_call("http_generate", "ngx.var[1]")),
                                                    d("proxy_buffering", "off"), proxy_pass]),
@@ -239,7 +251,29 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
             d("location", "=", "/charge", block=[d("content_by_lua", lua_call("charge"))]),
             d("location", "/", block=[d("return", 404)]),
         ]),
+        *_status_server(s),
     ], LOG_FIELDS, modules=tuple(module_paths()))
+
+
+def _cache_filters(s: TenantGatewaySettings) -> list[dict]:
+    """The exact cache keeps a copy of a 200 answer (exact_cache.lua) to store it in the log phase."""
+    if not s.caches:
+        return []
+    return [d("header_filter_by_lua", lua_call("cache_header")), d("body_filter_by_lua", lua_call("cache_body"))]
+
+
+def _status_server(s: TenantGatewaySettings) -> list[dict]:
+    """The gateway's own Prometheus metrics (Redis link, exact cache) and health, on loopback, no token."""
+    if not s.status_port:
+        return []
+    return [d("server", block=[
+        d("listen", f"127.0.0.1:{s.status_port}"),
+        d("access_log", "off"),
+        d("set", f"${ADMITTED_VARIABLE}", ""),
+        d("location", "=", "/metrics", block=[d("content_by_lua", lua_call("metrics"))]),
+        d("location", "=", "/health", block=[d("content_by_lua", lua_call("health"))]),
+        d("location", "/", block=[d("return", 404)]),
+    ])]
 
 
 def count(protocol: str) -> dict:

@@ -10,6 +10,8 @@
 
 local cjson = require "cjson.safe"
 local bit = require "bit"
+local link = require "hotpath_redis_link"      -- the fleet's Redis: shared budgets (redis_link.lua)
+local cache = require "hotpath_exact_cache"    -- the fleet's exact cache (exact_cache.lua)
 
 local M = {}
 local cfg            -- hotpath.gateway.config's front_door.json: models, depth, tenants' weights, caps
@@ -45,6 +47,8 @@ function M.init(path)
   json.decode_max_depth(cfg.max_json_depth)
   json.decode_invalid_numbers(false)   -- NaN / Infinity are not JSON
   counters = ngx.shared[cfg.shared_dict]
+  link.init(cfg.redis, counters)   -- no "redis": every replica keeps its own budgets, nothing is cached
+  cache.init(cfg.cache)
   for _, key in ipairs(cfg.refused_parameters) do
     refused_parameter[key] = true
   end
@@ -133,10 +137,32 @@ local function gcra(key, rate, burst, cost, now)
   return true
 end
 
+-- With Redis configured the budget is the fleet's (redis_link.lua runs gcra.redis.lua there); when Redis
+-- cannot answer, the tenant's redis_failure policy decides: "open" counts on this replica as without
+-- Redis (so N replicas admit up to N times the rate while it lasts), "closed" refuses with UNAVAILABLE.
+local function budget(protocol, t, key, rate, burst, cost, now)
+  if cost > burst + 1 then
+    return false, nil    -- never fits, at any wait
+  end
+  if link.enabled() then
+    local ok, retry = link.gcra("hotpath:" .. key, rate, burst, cost)
+    if ok ~= nil then
+      return ok, retry
+    end
+    if t.redis_failure == "closed" then
+      link.count("redis:refused")
+      return refuse(protocol, "UNAVAILABLE", "gateway: the quota store is unreachable and this tenant's quotas " ..
+        "fail closed; retry later", "1")
+    end
+    link.count("redis:local")
+  end
+  return gcra(key, rate, burst, cost, now)
+end
+
 local function limit(protocol, tenant, tokens)
   local t = cfg.tenants[tenant]
   local now = ngx.now()
-  local ok, retry = gcra("rate:" .. tenant, t.requests_per_s, t.burst, 1, now)
+  local ok, retry = budget(protocol, t, "rate:" .. tenant, t.requests_per_s, t.burst, 1, now)
   if not ok then
     return refuse(protocol, "RESOURCE_EXHAUSTED", string.format(
       "gateway: tenant request rate limit exceeded (%d/s, burst %d); retry after %d s",
@@ -144,7 +170,7 @@ local function limit(protocol, tenant, tokens)
   end
   if tokens > 0 and t.tokens_per_min then
     local per_s = t.tokens_per_min / 60
-    ok, retry = gcra("tokens:" .. tenant, per_s, t.tokens_per_min - 1, tokens, now)
+    ok, retry = budget(protocol, t, "tokens:" .. tenant, per_s, t.tokens_per_min - 1, tokens, now)
     if not ok then
       if not retry then
         return refuse(protocol, "INVALID_ARGUMENT", string.format(
@@ -719,6 +745,7 @@ function M.http_infer(name)
   end
   local tenant = ngx.var[cfg.tenant_variable]
   limit("http", tenant, 0)
+  cache.lookup(cfg.tenants[tenant].cache_namespace, name, model, declared or "", data)   -- a hit ends here
   return admit("http", tenant, work)
 end
 
@@ -768,6 +795,44 @@ function M.http_generate(name)
     return refuse("http", "INVALID_ARGUMENT", "gateway: the body holds a value JSON cannot carry")
   end
   ngx.req.set_body_data(text)
+end
+
+-- The exact cache's filters (exact_cache.lua) and the status server's answers.
+M.cache_header = cache.header
+M.cache_body = cache.body
+M.cache_store = cache.store
+
+-- Prometheus text: the Redis link's state and counters, the cache's hits and misses.
+function M.metrics()
+  local lines = {}
+  local function metric(name, kind, help, value)
+    lines[#lines + 1] = string.format("# HELP %s %s\n# TYPE %s %s\n%s %d", name, help, name, kind, name, value)
+  end
+  metric("hotpath_gateway_redis_configured", "gauge", "1 when the fleet's Redis is configured", link.enabled() and 1 or 0)
+  metric("hotpath_gateway_redis_up", "gauge", "0 while Redis is skipped after a failure", link.up() and 1 or 0)
+  metric("hotpath_gateway_redis_errors_total", "counter", "Redis calls that failed or timed out",
+    get("redis:errors"))
+  metric("hotpath_gateway_redis_local_quota_total", "counter",
+    "quota decisions taken on this replica alone while Redis could not answer (redis_failure = open)",
+    get("redis:local"))
+  metric("hotpath_gateway_redis_refused_total", "counter",
+    "calls refused with UNAVAILABLE while Redis could not answer (redis_failure = closed)", get("redis:refused"))
+  metric("hotpath_gateway_cache_hits_total", "counter", "answers served from the exact cache", get("cache:hits"))
+  metric("hotpath_gateway_cache_misses_total", "counter", "cacheable calls not in the exact cache",
+    get("cache:misses"))
+  metric("hotpath_gateway_cache_stores_total", "counter", "answers stored in the exact cache", get("cache:stores"))
+  ngx.header["content-type"] = "text/plain; version=0.0.4"
+  ngx.print(table.concat(lines, "\n"), "\n")
+end
+
+-- Health: the gateway answers (200) whatever Redis does; the body says whether the fleet's state is reachable.
+function M.health()
+  local redis = "off"
+  if link.enabled() then
+    redis = link.up() and "up" or "down"
+  end
+  ngx.header["content-type"] = "application/json"
+  ngx.print(cjson.encode({ status = "ok", redis = redis }))
 end
 
 return M

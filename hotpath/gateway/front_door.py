@@ -9,6 +9,7 @@ NOT_FOUND for them before Triton sees the call.
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import secrets
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 from hotpath.errors import HotpathError
 from hotpath.gateway.tenants import Tenant
 from hotpath.repository import Repository
+from hotpath.shared_state.cache_key import DEFAULT_TTL_S, MAX_ANSWER_BYTES, PREFIX
+from hotpath.shared_state.target import RedisTarget
 
 # The parameters a tenant may send, where, with the JSON type Triton's parser expects: a wrong type is a
 # 500 from it. Refused because no public endpoint needs them and they reach past the request: shared
@@ -36,6 +39,13 @@ REFUSED_PARAMETERS = ("shared_memory_region", "shared_memory_offset", "shared_me
 
 LUA_SOURCE = Path(__file__).with_name("front_door.lua")
 LUA_MODULE = "hotpath_front_door"        # its name in package.loaded (set in the master by init_by_lua)
+# The modules front_door.lua requires, loaded first: the fleet's Redis (budgets) and the exact cache.
+LUA_DEPENDENCIES = (("hotpath_redis_link", Path(__file__).with_name("redis_link.lua")),
+                    ("hotpath_exact_cache", Path(__file__).with_name("exact_cache.lua")))
+GCRA_SCRIPT = Path(__file__).with_name("gcra.redis.lua")   # run in Redis by EVALSHA (redis_link.lua)
+REDIS_LUA = "/usr/share/lua/5.1/nginx/redis.lua"   # Debian's lua-nginx-redis (lua-resty-redis)
+REDIS_RETRY_S = 1        # after a failed Redis call it is skipped this long (no request waits out a timeout)
+REDIS_POOL = (64, 30000)   # keepalive connections per worker, idle ms
 SHARED_DICT = "hotpath_admission"         # in-flight calls and work per tenant, shared by the workers
 CONFIG_FILE = "front_door.json"           # beside nginx.conf
 CHARGE_SOCKET = "charge.sock"             # beside nginx.conf: the stream admission asks /charge there
@@ -62,12 +72,13 @@ class PublicModel:
     max_batch_size: int                    # 0: not batched (the first dimension is not a batch)
     decoupled: bool
     default_max_tokens: int = 0            # a generation endpoint's tokens when MAX_TOKENS is not given
+    cacheable: bool = False                # deterministic answers: the spec enables response_cache
 
     def describe(self) -> dict:
         return {"inputs": {n: {"datatype": t, "optional": o} for n, (t, o) in self.inputs.items()},
                 "outputs": {n: True for n in self.outputs}, "batched": self.max_batch_size > 0,
                 "decoupled": self.decoupled, "max_tokens_input": MAX_TOKENS_INPUT,
-                "default_max_tokens": self.default_max_tokens or 1}
+                "default_max_tokens": self.default_max_tokens or 1, "cacheable": self.cacheable}
 
 
 def kserve_datatype(data_type: int) -> str:
@@ -88,7 +99,7 @@ def _public(name: str, config: mc.ModelConfig) -> PublicModel:
         if DEFAULT_MAX_TOKENS_PARAMETER in config.parameters else "0"
     return PublicModel(name, {t.name: (kserve_datatype(t.data_type), t.optional) for t in config.input},
                        tuple(t.name for t in config.output), config.max_batch_size,
-                       config.model_transaction_policy.decoupled, int(default))
+                       config.model_transaction_policy.decoupled, int(default), config.response_cache.enable)
 
 
 def work_cap(models: tuple[PublicModel, ...]) -> int:
@@ -98,12 +109,28 @@ def work_cap(models: tuple[PublicModel, ...]) -> int:
 
 
 def front_door_json(models: tuple[PublicModel, ...], tenants: tuple[Tenant, ...], max_calls: int, max_work: int,
-                    overloaded: str, tenant_variable: str, charge_key: str) -> str:
+                    overloaded: str, tenant_variable: str, charge_key: str, redis: RedisTarget | None = None,
+                    cache: dict | None = None) -> str:
+    """front_door.lua's config. `redis`: the fleet's Redis (budgets, and with `cache` the exact cache:
+    {"build": repository_build(), "ttl_s": ...})."""
+    shared = {}
+    if redis is not None:
+        if not Path(REDIS_LUA).is_file():
+            raise HotpathError(f"{REDIS_LUA} not found: scripts/setup.sh installs Debian's lua-nginx-redis")
+        script = GCRA_SCRIPT.read_text()
+        shared["redis"] = {"host": redis.host, "port": redis.port, "db": redis.db, "password": redis.password,
+                           "timeout_ms": redis.timeout_ms, "retry_s": REDIS_RETRY_S, "pool_size": REDIS_POOL[0],
+                           "idle_ms": REDIS_POOL[1], "gcra_script": script,
+                           "gcra_sha": hashlib.sha1(script.encode()).hexdigest()}
+        if cache is not None:
+            shared["cache"] = {"prefix": PREFIX, "max_bytes": MAX_ANSWER_BYTES, "ttl_s": DEFAULT_TTL_S, **cache}
     return json.dumps({
+        **shared,
         "models": {m.name: m.describe() for m in models},
         "public_list": ", ".join(m.name for m in models),
         "weights": {t.name: t.weight for t in tenants},
-        "tenants": {t.name: {"requests_per_s": t.requests_per_s, "burst": t.burst, "tokens_per_min": t.tokens_per_min}
+        "tenants": {t.name: {"requests_per_s": t.requests_per_s, "burst": t.burst, "tokens_per_min": t.tokens_per_min,
+                             "redis_failure": t.redis_failure, "cache_namespace": t.namespace}
                     for t in tenants},
         "parameters": PARAMETERS, "parameter_kinds": PARAMETER_KINDS, "refused_parameters": REFUSED_PARAMETERS,
         "max_calls": max_calls, "max_work": max_work,
@@ -140,5 +167,6 @@ def lua_call(function: str, *args: str) -> str:
 def init_lua(workdir: Path) -> str:
     """Runs in the master before the workers start: the module is loaded from the package as the master's
     user reads it (workers run unprivileged, under any umask) and read its config."""
-    return (f'package.loaded["{LUA_MODULE}"] = dofile("{LUA_SOURCE}"); '
+    return ("".join(f'package.loaded["{name}"] = dofile("{path}"); ' for name, path in LUA_DEPENDENCIES)
+            + f'package.loaded["{LUA_MODULE}"] = dofile("{LUA_SOURCE}"); '
             + lua_call("init", f'"{workdir / CONFIG_FILE}"'))

@@ -18,9 +18,11 @@ class TenantGateway:
     calls; started and stopped together (`with TenantGateway(settings) as gateway:`)."""
 
     def __init__(self, settings: TenantGatewaySettings):
-        port = settings.stream_port or free_ports(1)[0]
+        port, status = free_ports(2)
         key = settings.charge_key or secrets.token_hex(16)
-        self.nginx = LocalNginx(dataclasses.replace(settings, stream_port=port, charge_key=key))
+        self.nginx = LocalNginx(dataclasses.replace(settings, stream_port=settings.stream_port or port,
+                                                    status_port=settings.status_port or status, charge_key=key))
+        port = self.nginx.settings.stream_port
         self.streams = StreamAdmission(port, settings.grpc_upstreams, Charger(self.nginx.dir / CHARGE_SOCKET, key))
 
     @property
@@ -36,6 +38,11 @@ class TenantGateway:
         return self.nginx.http_url
 
     @property
+    def status_url(self) -> str:
+        """The gateway's own /metrics and /health (loopback)."""
+        return f"127.0.0.1:{self.settings.status_port}"
+
+    @property
     def access_log(self):
         return self.nginx.access_log
 
@@ -49,6 +56,7 @@ class TenantGateway:
     def reload(self, settings: TenantGatewaySettings) -> None:
         """Serve new settings (tenants, limits) without dropping a call; the stream admission stays."""
         self.nginx.reload(dataclasses.replace(settings, stream_port=self.settings.stream_port,
+                                              status_port=self.settings.status_port,
                                               charge_key=self.settings.charge_key))
 
     def start(self) -> "TenantGateway":

@@ -10,6 +10,12 @@
     burst = 100
     weight = 2                 # optional: its share of the server under contention, against the others'
     tokens_per_min = 30000     # optional: tokens it may ask text generation for per minute (max tokens asked)
+    redis_failure = "open"     # optional: its quotas while the fleet's Redis cannot answer: "open" (this
+                               # replica's own count, as without Redis) or "closed" (refused, UNAVAILABLE)
+    cache_namespace = "acme"   # optional, default its name: tenants with one namespace share cached answers;
+                               # "" caches nothing for it
+
+With Redis (HOTPATH_REDIS_URL) the quotas are the fleet's: every gateway replica draws on one budget.
 
 Tokens are secrets: errors name the tenant, never the token, and `Tenant`'s repr leaves it out.
 """
@@ -29,6 +35,10 @@ DEFAULT_BURST = 50
 DEFAULT_WEIGHT = 1
 DEFAULT_TOKENS_PER_MIN = 30000   # ~5 minutes of one CPU replica's generation (~100 tokens/s at c=8)
 KEYS = ("requests_per_s", "burst", "weight", "tokens_per_min")
+TEXT_KEYS = ("redis_failure", "cache_namespace")
+REDIS_FAILURE = ("open", "closed")
+DEFAULT_REDIS_FAILURE = "open"
+NAMESPACE_PATTERN = re.compile(r"[a-z0-9_-]{0,64}")
 # NGINX's map compares strings case-insensitively, so a token's letters are lower-case only: what
 # the gateway accepts is exactly what the file says. 32 to 128 characters.
 TOKEN_PATTERN = re.compile(r"[a-z0-9_-]{32,128}")
@@ -44,6 +54,12 @@ class Tenant:
     burst: int = DEFAULT_BURST
     weight: int = DEFAULT_WEIGHT   # share of in-flight calls and work while tenants contend (front_door.lua)
     tokens_per_min: int = DEFAULT_TOKENS_PER_MIN   # generation: max tokens asked, per minute
+    redis_failure: str = DEFAULT_REDIS_FAILURE     # quotas while Redis cannot answer: "open" or "closed"
+    cache_namespace: str | None = None             # None: the tenant's name; "": nothing cached
+
+    @property
+    def namespace(self) -> str:
+        return self.name if self.cache_namespace is None else self.cache_namespace
 
 
 def new_token() -> str:
@@ -57,10 +73,22 @@ def _count(value, what: str, minimum: int) -> int:
     return value
 
 
+def _text(entry: dict, defaults: dict, key: str, where: str):
+    value = entry.get(key, defaults.get(key))
+    if value is None:
+        return None
+    ok = value in REDIS_FAILURE if key == "redis_failure" else \
+        isinstance(value, str) and NAMESPACE_PATTERN.fullmatch(value)
+    if not ok:
+        rule = f"one of {list(REDIS_FAILURE)}" if key == "redis_failure" else "0-64 characters of a-z, 0-9, _ and -"
+        raise HotpathError(f"{where}.{key} must be {rule}, not {value!r}")
+    return value
+
+
 def parse_tenants(data: dict, source: str) -> tuple[Tenant, ...]:
     """Tenants from the parsed TOML; every problem names `source` and the tenant, never a token."""
     defaults = data.get("defaults", {})
-    unknown = (set(data) - {"defaults", "tenants"}) | (set(defaults) - set(KEYS))
+    unknown = (set(data) - {"defaults", "tenants"}) | (set(defaults) - set(KEYS) - {"redis_failure"})
     if unknown:
         raise HotpathError(f"{source}: unknown key(s) {sorted(unknown)}")
     rate = _count(defaults.get("requests_per_s", DEFAULT_REQUESTS_PER_S), f"{source}: defaults.requests_per_s", 1)
@@ -73,8 +101,8 @@ def parse_tenants(data: dict, source: str) -> tuple[Tenant, ...]:
         if not NAME_PATTERN.fullmatch(name) or name in RESERVED_NAMES:
             raise HotpathError(f"{where}: a tenant name is 1-64 characters of a-z, 0-9, _ and -, and not one of "
                                f"{sorted(RESERVED_NAMES)}")
-        if not isinstance(entry, dict) or set(entry) - {"token", *KEYS}:
-            raise HotpathError(f"{where}: expected a table with token, {', '.join(KEYS)}")
+        if not isinstance(entry, dict) or set(entry) - {"token", *KEYS, *TEXT_KEYS}:
+            raise HotpathError(f"{where}: expected a table with token, {', '.join(KEYS + TEXT_KEYS)}")
         token = entry.get("token")
         if not isinstance(token, str) or not TOKEN_PATTERN.fullmatch(token):
             raise HotpathError(f"{where}: token missing or malformed (32-128 characters of a-z, 0-9, _ and -; "
@@ -85,7 +113,9 @@ def parse_tenants(data: dict, source: str) -> tuple[Tenant, ...]:
         tenants.append(Tenant(name, token, _count(entry.get("requests_per_s", rate), f"{where}.requests_per_s", 1),
                               _count(entry.get("burst", burst), f"{where}.burst", 0),
                               _count(entry.get("weight", weight), f"{where}.weight", 1),
-                              _count(entry.get("tokens_per_min", tokens), f"{where}.tokens_per_min", 1)))
+                              _count(entry.get("tokens_per_min", tokens), f"{where}.tokens_per_min", 1),
+                              _text(entry, defaults, "redis_failure", where) or DEFAULT_REDIS_FAILURE,
+                              _text(entry, {}, "cache_namespace", where)))
     if not tenants:
         raise HotpathError(f"{source}: no [tenants.<name>] table: the gateway would refuse every call")
     return tuple(tenants)

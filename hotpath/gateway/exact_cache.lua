@@ -1,0 +1,119 @@
+-- The fleet's exact cache (hotpath.shared_state.cache_key has the key's definition and the same function
+-- for Python callers): a deterministic endpoint's answer, kept in Redis for `ttl_s`, keyed by the
+-- tenant's cache namespace, the endpoint, the repository build's fingerprint (model versions, configs,
+-- engines) and a SHA-256 of the request exactly as received (URI with the version asked, the
+-- Inference-Header-Content-Length, the body). A hit is answered here, marked `X-Hotpath-Cache: hit` and
+-- counted; a miss is marked `miss` and its answer stored after it was sent (log phase, in a timer), only
+-- when the server answered 200 in full. Errors are never cached. Redis down: every call a plain miss.
+
+local ffi = require "ffi"
+local link = require "hotpath_redis_link"
+
+ffi.cdef [[unsigned char *SHA256(const unsigned char *d, size_t n, unsigned char *md);]]
+
+local M = {}
+local cfg      -- front_door.json's "cache": prefix, build, ttl_s, max_bytes, header
+local HEADER = "X-Hotpath-Cache"
+
+function M.init(config)
+  cfg = config
+end
+
+-- SHA-256 from the OpenSSL libcrypto NGINX is linked with (as lua-resty-string does), hex.
+local digest = ffi.new("unsigned char[32]")
+local function sha256_hex(s)
+  ffi.C.SHA256(s, #s, digest)
+  local out = {}
+  for i = 0, 31 do
+    out[#out + 1] = string.format("%02x", digest[i])
+  end
+  return table.concat(out)
+end
+
+-- hotpath.shared_state.cache_key.cache_key, the same string.
+function M.key(namespace, endpoint, request)
+  return cfg.prefix .. namespace .. ":" .. endpoint .. ":" .. cfg.build .. ":" .. sha256_hex(request)
+end
+
+-- Access phase, after the checks and the quota: serve a hit (the request ends here), or remember the key.
+function M.lookup(namespace, endpoint, model, header_length, data)
+  if not cfg or not model.cacheable or not namespace or namespace == "" or not link.enabled() then
+    return
+  end
+  local key = M.key(namespace, endpoint, ngx.var.uri .. "\n" .. header_length .. "\n" .. data)
+  local value = link.call(function(red)
+    return red:get(key)   -- nil, err: the connection failed; ngx.null: no entry; false: an error reply
+  end)
+  if type(value) == "string" then
+    local length, content_type, answer = value:match("^(%d*)\n([^\n]*)\n(.*)$")
+    if answer then
+      link.count("cache:hits")
+      ngx.status = 200
+      ngx.header["content-type"] = content_type
+      if length ~= "" then
+        ngx.header["inference-header-content-length"] = length
+      end
+      ngx.header[HEADER] = "hit"
+      ngx.print(answer)
+      return ngx.exit(200)
+    end
+  end
+  link.count("cache:misses")
+  ngx.ctx.cache_key = key
+end
+
+-- header filter: only a 200 is stored
+function M.header()
+  local ctx = ngx.ctx
+  if not ctx.cache_key then
+    return
+  end
+  if ngx.status ~= 200 then
+    ctx.cache_key = nil
+    return
+  end
+  ngx.header[HEADER] = "miss"
+  ctx.cache_meta = (ngx.header["inference-header-content-length"] or "") .. "\n" ..
+      (ngx.header["content-type"] or "") .. "\n"
+  ctx.cache_parts, ctx.cache_bytes = {}, 0
+end
+
+-- body filter: keep a copy of the answer, up to max_bytes
+function M.body()
+  local ctx = ngx.ctx
+  if not ctx.cache_parts then
+    return
+  end
+  local chunk = ngx.arg[1]
+  ctx.cache_bytes = ctx.cache_bytes + #chunk
+  if ctx.cache_bytes > cfg.max_bytes then
+    ctx.cache_parts = nil
+    return
+  end
+  ctx.cache_parts[#ctx.cache_parts + 1] = chunk
+  if ngx.arg[2] then
+    ctx.cache_done = true
+  end
+end
+
+local function put(premature, key, value)
+  if premature then
+    return
+  end
+  local ok = link.call(function(red)
+    return red:set(key, value, "EX", cfg.ttl_s)
+  end)
+  if ok then
+    link.count("cache:stores")
+  end
+end
+
+-- log phase: the whole answer was sent with 200: store it (cosockets are not allowed here, a timer runs it)
+function M.store()
+  local ctx = ngx.ctx
+  if ctx.cache_done and ctx.cache_parts and ngx.status == 200 then
+    ngx.timer.at(0, put, ctx.cache_key, ctx.cache_meta .. table.concat(ctx.cache_parts))
+  end
+end
+
+return M
