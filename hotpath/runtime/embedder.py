@@ -10,6 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
+from hotpath.runtime.ort_session import spin_settings
 from hotpath.runtime.split_run import SplitRunner
 from hotpath.runtime.text import encode, load_tokenizer
 
@@ -28,7 +29,7 @@ class Embedder:
         self.runner = SplitRunner(
             folder / EXPORT_DIR / "model.onnx", threads=int(params.get("intra_op_thread_count", 1)),
             split_from=int(params.get("split_from", 2)),
-            allow_spinning=params.get("allow_spinning", "false").lower() in ("1", "true"))
+            wide_threads=int(params.get("one_text_thread_count", 0)) or None, **spin_settings(params))
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         feeds = encode(self.tokenizer, texts)

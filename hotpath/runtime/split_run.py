@@ -35,23 +35,33 @@ def balanced_cut(lengths: np.ndarray, parts: int) -> list[np.ndarray]:
 
 
 class SplitRunner:
-    """Sessions of one ONNX encoder: a wide one (every thread) and one single-thread session per thread."""
+    """Sessions of one ONNX encoder: a wide one for a small batch (`wide_threads`, default every thread) and
+    one single-thread session per thread for the parts of a larger batch.
 
-    def __init__(self, model_path: Path | str, threads: int = 2, split_from: int = 2, allow_spinning: bool = False):
+    `wide_threads` above `threads` is the latency-first layout of a host with more cores than instances:
+    one text at low load uses several cores, a batch under load stays on this instance's share. Spinning
+    (`spin_duration_us`) matters only where a session has a pool, i.e. the wide one."""
+
+    def __init__(self, model_path: Path | str, threads: int = 2, split_from: int = 2, allow_spinning: bool = False,
+                 wide_threads: int | None = None, spin_duration_us: int | None = None):
         self.threads = max(1, int(threads))
         self.split_from = int(split_from)
-        self.wide = make_session(model_path, intra_op_threads=self.threads, inter_op_threads=1,
-                                 allow_spinning=allow_spinning)
+        wide = max(1, int(wide_threads or self.threads))
+        self.wide = make_session(model_path, intra_op_threads=wide, inter_op_threads=1,
+                                 allow_spinning=allow_spinning, spin_duration_us=spin_duration_us)
         self.output = self.wide.get_outputs()[0].name
-        self.narrow = [make_session(model_path, intra_op_threads=1, inter_op_threads=1, allow_spinning=allow_spinning)
-                       for _ in range(self.threads)] if self.threads > 1 else []
-        self.pool = ThreadPoolExecutor(len(self.narrow), thread_name_prefix="ort-part") if self.narrow else None
+        self.narrow = [make_session(model_path, intra_op_threads=1, inter_op_threads=1)
+                       for _ in range(self.threads)] if self.threads > 1 or wide > 1 else []
+        # One part (threads 1, wide > 1): the batch runs on its single-thread session in the caller's thread.
+        self.pool = ThreadPoolExecutor(len(self.narrow), thread_name_prefix="ort-part") if len(self.narrow) > 1 else None
 
     def run(self, feeds: Feeds) -> np.ndarray:
         """The encoder's output for `feeds` (int64 arrays [n, length] with an `attention_mask`)."""
         n = len(feeds["attention_mask"])
         if not self.narrow or n < self.split_from:
             return self.wide.run([self.output], feeds)[0]
+        if len(self.narrow) == 1:
+            return self.narrow[0].run([self.output], feeds)[0]
         lengths = feeds["attention_mask"].sum(axis=1)
         parts = balanced_cut(lengths, len(self.narrow))
         jobs = [self.pool.submit(self._part, session, feeds, rows, int(lengths[rows].max()))

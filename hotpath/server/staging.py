@@ -39,13 +39,22 @@ def _substitute_onnxruntime(config: mc.ModelConfig, ort_threads: int | None) -> 
 
 
 def stage_repository(repository: Path, target: Path, ort_threads: int | None = None,
-                     log: Log = _print) -> list[str]:
-    """Make `target` a servable copy of `repository`; returns the names of the staged models."""
+                     log: Log = _print, tuned: dict[str, dict] | None = None) -> list[str]:
+    """Make `target` a servable copy of `repository`; returns the names of the staged models.
+
+    `tuned`: knob values per model over the repository's configs; default: this host's tuned values
+    (hotpath.perf.tune.tuned_values; none when absent or measured on other hardware, which is logged)."""
+    from hotpath.perf.tune.tuned_values import for_this_host, link_with_config, with_tuned
+
     runner = paths.python_backends_dir() / "onnxruntime_runner" / "model.py"
     target.mkdir(parents=True, exist_ok=True)
+    tuned = for_this_host(log=log) if tuned is None else tuned
     staged = []
     for model_dir in Repository(repository).model_dirs():
         config = read_config(model_dir)
+        retuned = model_dir.name in tuned
+        if retuned:
+            config = with_tuned(config, tuned[model_dir.name], log)
         dest = target / model_dir.name
         if dest.is_symlink() or dest.is_file():
             dest.unlink()
@@ -69,6 +78,8 @@ def stage_repository(repository: Path, target: Path, ort_threads: int | None = N
         elif config.backend == "tensorrt" or config.platform == "tensorrt_plan":
             log(f"[serve] {model_dir.name}: TensorRT plan, not servable on this host; left out of the staged copy")
             continue
+        elif retuned:   # its own config, every other file linked
+            link_with_config(model_dir, dest, config)
         else:
             dest.symlink_to(model_dir.resolve(), target_is_directory=True)
         staged.append(model_dir.name)

@@ -16,7 +16,7 @@ from hotpath.runtime.backend_args import model_config, parameters, version_dir
 from hotpath.runtime.backend_io import guarded
 from hotpath.runtime.batching import run_batched
 from hotpath.runtime.lifetime import exit_with_server
-from hotpath.runtime.ort_session import make_session
+from hotpath.runtime.ort_session import make_session, spin_settings
 from hotpath.runtime.timing import ExecuteLog, timed
 
 
@@ -37,7 +37,7 @@ class TritonPythonModel:
             version_dir(args) / params.get("default_model_filename", "model.onnx"),
             intra_op_threads=int(params.get("intra_op_thread_count", 0)),
             inter_op_threads=int(params.get("inter_op_thread_count", 0)),
-            allow_spinning=params.get("allow_spinning", "false").lower() in ("1", "true"),
+            **spin_settings(params),
             op_libraries=tuple(config.get("model_operations", {}).get("op_library_filename", [])),
         )
 

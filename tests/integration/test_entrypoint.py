@@ -179,3 +179,36 @@ def test_the_container_exits_when_tritonserver_dies(served):
     os.kill(_tritonserver_pid(proc), signal.SIGKILL)
     assert proc.wait(timeout=30) == 128 + signal.SIGKILL
     assert "exiting so that the orchestrator restarts the container" in proc.stdout.read()
+
+
+def test_tuned_values_from_other_hardware_are_foreign_and_this_hosts_apply(tmp_path):
+    from hotpath.hardware_key import HardwareKey
+    from hotpath.perf.tune.tuned_values import TunedValues
+
+    repo, cache = planrepo.make_repository(tmp_path), tmp_path / "cache"
+    cache.mkdir()
+    other = HardwareKey("a CPU this is not", ("avx2", "avx512f"), 96, "NVIDIA H200")
+    TunedValues(other, {"scaler": {"instance_count": 3}}, "then").save(cache / "tuned.json")
+    ports = free_ports(3)
+    proc = _start(repo, cache, ports)
+    try:
+        _ready(proc, f"http://127.0.0.1:{ports[0]}")
+        config = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/v2/models/scaler/config").read())
+        assert sum(g["count"] for g in config["instance_group"]) != 3   # the committed default is served
+    finally:
+        _kill(proc)
+    out = proc.stdout.read()
+    assert "FOREIGN" in out and "a CPU this is not" in out and "hotpath tune --quick" in out
+    # Measured here (HOTPATH_TUNE_AT_START=quick keeps a file measured on this host): applied.
+    TunedValues(HardwareKey.detect(), {"scaler": {"instance_count": 3}}, "now").save(cache / "tuned.json")
+    ports = free_ports(3)
+    proc = _start(repo, cache, ports, {"HOTPATH_TUNE_AT_START": "quick"})
+    try:
+        _ready(proc, f"http://127.0.0.1:{ports[0]}")
+        config = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/v2/models/scaler/config").read())
+        assert sum(g["count"] for g in config["instance_group"]) == 3
+    finally:
+        _kill(proc)
+    out = proc.stdout.read()
+    assert "measured on this host" in out and "FOREIGN" not in out
+    assert (repo / "scaler" / "config.pbtxt").read_text().count("count: 3") == 0   # the image's repository untouched

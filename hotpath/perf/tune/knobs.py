@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import tomlkit
 from tritonclient.grpc import model_config_pb2 as mc
 
 
@@ -61,6 +60,8 @@ def _put(table, key: str, value: Any, label: str) -> str | None:
 
 
 def _table(doc, key: str):
+    import tomlkit  # here: the container applies knobs (hotpath.perf.tune.tuned_values) without tomlkit
+
     return doc.setdefault(key, tomlkit.table())
 
 
@@ -130,6 +131,8 @@ class InstanceCount(Knob):
 
     def write(self, doc, value):
         if "instance_group" not in doc:
+            import tomlkit
+
             doc["instance_group"] = tomlkit.aot()
             doc["instance_group"].append(tomlkit.table())
         return _put(doc["instance_group"][0], "count", int(value), "instance_group[0].count")
@@ -171,7 +174,29 @@ class PadToMultiple(IntParameter):
         return tuple(v for v in self.ladder_values if not v or not max_length or max_length % v == 0)
 
 
-KNOBS: tuple[Knob, ...] = (QueueDelay(), PreferredBatchSizes(), InstanceCount(), IntraOpThreads(), PadToMultiple())
+class OneTextThreads(IntParameter):
+    """ORT threads for a run of one text (hotpath.runtime.split_run: `one_text_thread_count`): more cores for a
+    request at low load, while batches stay on one thread per part. 0: as intra_op_thread_count."""
+
+    name = "one_text_thread_count"
+    ladder_values = (1, 2, 4)
+
+    def ladder(self, config):
+        import os
+
+        return tuple(v for v in self.ladder_values if v <= (os.cpu_count() or 1))
+
+
+class SpinDuration(IntParameter):
+    """How long ORT's idle intra-op threads spin before sleeping (`spin_duration_us`, 0: off): no wake-up
+    per op inside one run vs CPU taken from the processes beside it (perf/reports/fixed_cost.md)."""
+
+    name = "spin_duration_us"
+    ladder_values = (0, 100, 1000)
+
+
+KNOBS: tuple[Knob, ...] = (QueueDelay(), PreferredBatchSizes(), InstanceCount(), IntraOpThreads(), PadToMultiple(),
+                           OneTextThreads(), SpinDuration())
 BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
 
 

@@ -107,7 +107,7 @@ class LiveEvaluator:
 def run_tune(url: str, slo: Slo, max_trials: int = 12, concurrencies: tuple[int, ...] = TUNE_SWEEP,
              thread_budget: int | None = None, measurement: Measurement = TUNE_MEASUREMENT,
              vs_model_analyzer: bool = False, reports_dir: Path | None = None,
-             log=logger.info) -> tuple[Trial, list[Trial], Path]:
+             log=logger.info, command: str | None = None) -> tuple[Trial, list[Trial], Path]:
     """Tune every step of `slo.endpoint`; returns (best, trials, trial log path) and writes the summary report."""
     objective = Objective(slo.p95_ms, tuple(concurrencies), slo.concurrency)
     ensure_input(slo.input_data, f"endpoint {slo.endpoint} in perf/slo.toml")   # payloads made on first use
@@ -140,7 +140,7 @@ def run_tune(url: str, slo: Slo, max_trials: int = 12, concurrencies: tuple[int,
     load.append(os.getloadavg()[0])
     log(f"[tune] {len(trials)} trials in {seconds:.0f}s; best: trial {best.number} ({best.change}): "
         f"{objective.describe(best)}")
-    command = (f"hotpath tune {slo.endpoint} --max-trials {max_trials} --concurrency "
+    command = command or (f"hotpath tune {slo.endpoint} --max-trials {max_trials} --concurrency "
                f"{','.join(map(str, concurrencies))}" + (" --vs-model-analyzer" if vs_model_analyzer else ""))
     write_summary(reports_dir, slo.endpoint, command, objective, space, best, trials, seconds, rival, load)
     return best, trials, record

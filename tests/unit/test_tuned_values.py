@@ -1,0 +1,121 @@
+"""The hardware key and per-host tuned values: a result measured elsewhere is foreign and left unused."""
+
+import json
+
+import pytest
+
+from hotpath import paths
+from hotpath.hardware_key import FEATURES, HardwareKey, parse_cpuinfo
+from hotpath.perf.tune import tuned_values
+from hotpath.perf.tune.quick import overrides
+from hotpath.perf.tune.tuned_values import TunedValues, judge, load
+from hotpath.repository import read_config
+from hotpath.server.staging import stage_repository
+
+CPUINFO = """processor\t: 0
+vendor_id\t: AuthenticAMD
+model name\t: AMD EPYC 9R14 96-Core Processor
+flags\t\t: fpu sse2 avx2 avx512f avx512_vnni avx512_bf16 sha_ni
+processor\t: 1
+model name\t: AMD EPYC 9R14 96-Core Processor
+flags\t\t: fpu sse2 avx2 avx512f avx512_vnni avx512_bf16 sha_ni
+"""
+AVX2_ONLY = CPUINFO.replace(" avx512f avx512_vnni avx512_bf16", "").replace("9R14 96-Core", "7B13 64-Core")
+
+
+def test_key_reads_model_and_the_features_kernels_depend_on():
+    model, flags = parse_cpuinfo(CPUINFO)
+    assert model == "AMD EPYC 9R14 96-Core Processor" and "sha_ni" in flags
+    key = HardwareKey.detect(CPUINFO, cores=2, gpu="")
+    assert key.features == ("avx2", "avx512f", "avx512_vnni", "avx512_bf16")
+    assert set(key.features) <= set(FEATURES)
+    assert "avx512f" in key.describe() and "2 cores" in key.describe()
+
+
+def test_keys_differ_by_cpu_features_cores_and_gpu():
+    base = HardwareKey.detect(CPUINFO, cores=2, gpu="")
+    assert HardwareKey.detect(CPUINFO, cores=2, gpu="") == base
+    others = [HardwareKey.detect(AVX2_ONLY, cores=2, gpu=""), HardwareKey.detect(CPUINFO, cores=4, gpu=""),
+              HardwareKey.detect(CPUINFO, cores=2, gpu="NVIDIA H200")]
+    assert all(o != base and o.digest != base.digest for o in others)
+    assert any(d.startswith("features:") for d in others[0].differences(base))
+    assert HardwareKey.from_dict(json.loads(json.dumps(base.to_dict()))) == base
+
+
+def test_this_host_has_a_key():
+    here = HardwareKey.detect()
+    assert here.cores >= 1 and len(here.digest) == 12
+
+
+def test_foreign_values_are_not_applied_and_say_why(tmp_path):
+    here = HardwareKey.detect(CPUINFO, cores=2, gpu="")
+    elsewhere = HardwareKey.detect(AVX2_ONLY, cores=2, gpu="")
+    knobs = {"sentence_embedder": {"one_text_thread_count": 1}}
+    path = TunedValues(elsewhere, knobs, "then").save(tmp_path / "tuned.json")
+    verdict = judge(load(path), here, path)
+    assert verdict.state == "foreign" and verdict.models == {}
+    assert "FOREIGN" in verdict.message and "hotpath tune --quick" in verdict.message
+    assert "7B13" in verdict.message and "avx512f" in verdict.message
+    TunedValues(here, knobs, "now").save(path)
+    verdict = judge(load(path), here, path)
+    assert verdict.state == "match" and verdict.models == knobs
+    assert judge(None, here).state == "none"
+
+
+def test_unreadable_file_means_defaults(tmp_path):
+    (tmp_path / "tuned.json").write_text("{not json")
+    assert load(tmp_path / "tuned.json") is None
+    assert load(tmp_path / "absent.json") is None
+
+
+def test_staging_applies_matching_values_and_leaves_the_repository_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuned_values, "default_path", lambda container=False: tmp_path / "tuned.json")
+    repo = paths.model_repository()
+    committed = read_config(repo / "sentence_embedder")
+    threads = committed.parameters["one_text_thread_count"].string_value
+    new = "1" if threads != "1" else "2"
+    TunedValues(HardwareKey.detect(), {"sentence_embedder": {"one_text_thread_count": int(new)}}, "now").save()
+    lines: list[str] = []
+    stage_repository(repo, tmp_path / "staged", log=lines.append)
+    staged = read_config(tmp_path / "staged" / "sentence_embedder")
+    assert staged.parameters["one_text_thread_count"].string_value == new
+    assert (tmp_path / "staged" / "sentence_embedder" / "1").resolve() == (repo / "sentence_embedder" / "1").resolve()
+    assert read_config(repo / "sentence_embedder").parameters["one_text_thread_count"].string_value == threads
+    assert any("applying tuned values" in line for line in lines)
+    # Measured on other hardware: the committed value is served and the log says so.
+    other = HardwareKey("another CPU", ("avx2",), 64)
+    TunedValues(other, {"sentence_embedder": {"one_text_thread_count": int(new)}}, "then").save()
+    lines.clear()
+    stage_repository(repo, tmp_path / "staged2", log=lines.append)
+    staged = read_config(tmp_path / "staged2" / "sentence_embedder")
+    assert staged.parameters["one_text_thread_count"].string_value == threads
+    assert any("FOREIGN" in line for line in lines)
+
+
+def test_overrides_keep_only_what_differs_from_the_committed_specs():
+    default = {"max_queue_delay_microseconds": 0, "one_text_thread_count": 2}
+    state = {"sentence_embedder": default}
+    committed = overrides(state)
+    read = read_config(paths.model_repository() / "sentence_embedder")
+    if read.parameters["one_text_thread_count"].string_value == "2":
+        assert committed == {}
+    moved = overrides({"sentence_embedder": {**default, "one_text_thread_count": 4}})
+    assert moved == {"sentence_embedder": {"one_text_thread_count": 4}}
+
+
+@pytest.mark.parametrize("us,expected", [("0", (False, None)), ("250", (True, 250))])
+def test_spin_settings(us, expected):
+    from hotpath.runtime.ort_session import spin_settings
+
+    got = spin_settings({"spin_duration_us": us})
+    assert (got["allow_spinning"], got["spin_duration_us"]) == expected
+    assert spin_settings({"allow_spinning": "true"}) == {"allow_spinning": True, "spin_duration_us": None}
+
+
+def test_start_tune_keeps_the_committed_layout_within_noise():
+    from hotpath.perf.tune.at_start import choose
+
+    committed = (2, 0)
+    assert choose({(1, 0): 10.0, (2, 0): 10.3}, committed) == committed     # 3% slower: noise, kept
+    assert choose({(1, 0): 10.0, (2, 0): 12.0}, committed) == (1, 0)        # 20% slower: moved
+    assert choose({(1, 0): 10.0, (4, 0): 9.0}, committed) == (4, 0)         # committed not measurable here
