@@ -158,11 +158,15 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from hotpath.slo import load_slos
 
     slos = load_slos(args.profile)
+    if args.quick:
+        return _tune_quick(args, slos)
+    if not args.endpoint:
+        raise HotpathError("name the endpoint to tune (or --quick: every endpoint, kept per host)")
     if args.endpoint not in slos:
         raise HotpathError(f"no SLO for endpoint '{args.endpoint}' in profile '{args.profile}'")
     before_measuring([slos[args.endpoint]], args.allow_busy)
     with server_url(args.url) as url:
-        best, trials, record = run_tune(url, slos[args.endpoint], args.max_trials, args.concurrency, args.threads,
+        best, trials, record = run_tune(url, slos[args.endpoint], args.max_trials or 12, args.concurrency, args.threads,
                                         vs_model_analyzer=args.vs_model_analyzer)
     if args.no_write:
         return 0
@@ -170,6 +174,22 @@ def cmd_tune(args: argparse.Namespace) -> int:
         print(f"[tune] {line}")
     build_repository()
     print("[tune] specs updated and config.pbtxt files regenerated")
+    return 0
+
+
+def _tune_quick(args: argparse.Namespace, slos: dict) -> int:
+    """`hotpath tune --quick [ENDPOINT]`: this host's tuned values (hotpath.perf.tune.quick), specs untouched."""
+    from hotpath.perf.gate import before_measuring
+    from hotpath.perf.tune.quick import QUICK_TRIALS, run_quick
+    from hotpath.server.process import server_url
+
+    names = [args.endpoint] if args.endpoint else sorted(slos)
+    unknown = [n for n in names if n not in slos]
+    if unknown:
+        raise HotpathError(f"no SLO for endpoint(s) {', '.join(unknown)} in profile '{args.profile}'")
+    before_measuring([slos[n] for n in names], args.allow_busy)
+    with server_url(args.url) as url:
+        run_quick(url, [slos[n] for n in names], args.max_trials or QUICK_TRIALS, log=print)
     return 0
 
 
@@ -316,10 +336,15 @@ def build_parser() -> argparse.ArgumentParser:
     _allow_busy_flag(p)
     p.set_defaults(func=cmd_perf_check)
 
-    p = sub.add_parser("tune", help="tune an endpoint's models against its p95 target; write the winner into specs")
-    p.add_argument("endpoint")
+    p = sub.add_parser("tune", help="tune an endpoint's models against its p95 target; write the winner into specs "
+                                    "(--quick: minutes, every endpoint, kept per host)")
+    p.add_argument("endpoint", nargs="?", help="the endpoint (with --quick: default every endpoint of the profile)")
+    p.add_argument("--quick", action="store_true",
+                   help="deploy-time tune: a short search per endpoint; the winner goes into this host's tuned "
+                        "values (.hotpath/tuned.json, keyed to the hardware), not into the specs")
     p.add_argument("--profile", default=settings.perf_profile())
-    p.add_argument("--max-trials", type=int, default=12, help="measurements in all, confirmations included")
+    p.add_argument("--max-trials", type=int, default=None,
+                   help="measurements in all per endpoint, confirmations included (default 12; --quick: 5)")
     p.add_argument("--concurrency", type=lambda v: tuple(int(c) for c in v.split(",")), default=(2, 4, 8),
                    help="closed-loop sweep, comma-separated (the SLO's declared load is always added)")
     p.add_argument("--threads", type=int, default=None,

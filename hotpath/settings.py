@@ -112,6 +112,8 @@ cache_dir = _setting("CACHE_DIR", "/cache", str, "container: volume for rebuilt 
 on_incompatible = _setting("ON_INCOMPATIBLE", "rebuild", str,
                            "container: a plan that does not fit the GPU: rebuild | fail")
 watchdog = _setting("WATCHDOG", True, _flag, "container: 0 execs tritonserver without the stub watchdog")
+tune_at_start = _setting("TUNE_AT_START", "off", str, "container: `quick` tunes this host once at first start "
+                        "(result in the cache volume's tuned.json); `off`")
 
 # The container's own environment (docker/entrypoint.sh, deploy/): unprefixed names.
 container_http_port = _container("HTTP_PORT", 8000, int, "container: tritonserver's HTTP port")
