@@ -10,6 +10,7 @@ STUDIES: dict[str, tuple[str, str]] = {
     "cold_start": ("hotpath.perf.studies.cold_start", "process start to READY, model loads, warmup, first requests"),
     "decode": ("hotpath.perf.studies.decode", "JPEG decoders (Pillow draft vs libjpeg-turbo bindings) by source size"),
     "fixed_cost": ("hotpath.perf.explain.fixed_cost", "one request's phases and ORT thread/spin layouts, in process"),
+    "fixed_cost_server": ("hotpath.perf.explain.fixed_cost_server", "text_embedding's step layouts through one server, interleaved"),
     "fairness": ("hotpath.perf.studies.fairness", "a small tenant's latency beside one saturating the replica"),
     "failover": ("hotpath.perf.studies.failover", "a replica SIGKILLed under load behind the gateway and the balancer"),
     "generation_compare": ("hotpath.perf.compare.generation", "text generation vs llama.cpp and transformers"),
