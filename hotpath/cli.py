@@ -52,7 +52,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     ports = ServerPorts(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port)
     tracing = OtlpTracing(args.trace_otlp, args.trace_rate) if args.trace_otlp else None
     return serve_forever(ports, repository=args.repository, ort_threads=args.ort_threads, demo=args.demo,
-                         tracing=tracing, watchdog=not args.no_watchdog, probe_s=args.probe_interval)
+                         tracing=tracing, watchdog=not args.no_watchdog, probe_s=args.probe_interval,
+                         openai_port=args.openai_port, openai_aliases=args.openai_alias)
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
@@ -277,6 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="do not restart models whose Python stub died (default: watch and restart them)")
     p.add_argument("--probe-interval", type=float, default=5.0, metavar="S",
                    help="seconds between liveness probes through every endpoint (default 5)")
+    p.add_argument("--openai-port", type=int, default=settings.openai_port(),
+                   help="port of the OpenAI-compatible API, base URL http://127.0.0.1:PORT/v1 (default 8080; 0: none)")
+    p.add_argument("--openai-alias", action="append", default=[], metavar="ALIAS=ENDPOINT",
+                   help="another model name the OpenAI API accepts for an endpoint (repeatable)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("embed", help="embed texts through the text_embedding endpoint (gRPC)")

@@ -86,6 +86,9 @@ grpc_port = _setting("GRPC_PORT", 8001, int, "`hotpath serve` gRPC port")
 metrics_port = _setting("METRICS_PORT", 8002, int, "`hotpath serve` metrics port")
 grpc_url = _setting("GRPC_URL", "localhost:8001", str, "server for `hotpath embed` and the other client commands")
 token = _setting("TOKEN", None, _optional, "tenant token `hotpath.client` and the CLI send to the tenant gateway")
+openai_port = _setting("OPENAI_PORT", 8080, int, "`hotpath serve`: port of the OpenAI-compatible API (0: none)")
+openai_api_key = _setting("OPENAI_API_KEY", None, _optional, "the OpenAI-compatible API's key (unset: none; "
+                          "behind the tenant gateway the tenant token is the key)")
 perf_profile = _setting("PERF_PROFILE", "cpu", str, "SLO profile for `perf`, `perf-check`, `tune`")
 
 # Benchmarks (hotpath.perf).

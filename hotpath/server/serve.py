@@ -7,7 +7,8 @@ import signal
 import time
 from pathlib import Path
 
-from hotpath.server.ports import ServerPorts
+from hotpath.errors import ServerError
+from hotpath.server.ports import ServerPorts, port_is_free
 from hotpath.server.process import LocalTriton
 from hotpath.server.tracing import OtlpTracing
 from hotpath.server.watchdog import Watchdog
@@ -17,9 +18,10 @@ log = logging.getLogger(__name__)
 
 def serve_forever(ports: ServerPorts, repository: Path | None = None, ort_threads: int | None = None,
                   demo: bool = False, tracing: OtlpTracing | None = None, watchdog: bool = True,
-                  probe_s: float = 5.0) -> int:
+                  probe_s: float = 5.0, openai_port: int = 0, openai_aliases: list[str] | None = None) -> int:
     """`hotpath serve`: start the server, print endpoints (and a demo request), wait for Ctrl-C/SIGTERM.
-    With `watchdog`, models whose Python stub dies are restarted (explicit model control)."""
+    With `watchdog`, models whose Python stub dies are restarted (explicit model control). With
+    `openai_port`, the OpenAI-compatible API runs beside it (hotpath.openai_api), stopped first."""
     server = LocalTriton(repository, ports, ort_threads, model_control="explicit" if watchdog else "none",
                          extra_args=tracing.flags() if tracing else None)
     guard = Watchdog(server, probe_s=probe_s, log=logging.getLogger("hotpath.server.watchdog").info) if watchdog else None
@@ -30,8 +32,16 @@ def serve_forever(ports: ServerPorts, repository: Path | None = None, ort_thread
 
     signal.signal(signal.SIGTERM, _handle)
     signal.signal(signal.SIGINT, _handle)
+    api = None
+    if openai_port and not port_is_free(openai_port):
+        raise ServerError(f"OpenAI API port {openai_port} is in use; pass --openai-port or set HOTPATH_OPENAI_PORT")
     server.start()
     try:
+        if openai_port:
+            from hotpath.openai_api.process import OpenAIServer
+
+            api = OpenAIServer(server.grpc_url, openai_port, repository, aliases=openai_aliases).start()
+            log.info(f"[serve] OpenAI  {api.base_url} (log: {api.log_path})")
         log.info(f"[serve] gRPC    {server.grpc_url}\n[serve] HTTP    http://{server.http_url}\n"
                  f"[serve] metrics {server.metrics_url}")
         if tracing:
@@ -39,7 +49,7 @@ def serve_forever(ports: ServerPorts, repository: Path | None = None, ort_thread
         if demo:
             from hotpath.demo import show_example
 
-            show_example(server.grpc_url)
+            show_example(server.grpc_url, api.base_url if api else None)
         if guard:
             guard.start()
         log.info("[serve] serving; Ctrl-C to stop")
@@ -47,8 +57,13 @@ def serve_forever(ports: ServerPorts, repository: Path | None = None, ort_thread
             if (not guard or not guard.alive()) and server.process.poll() is not None:
                 log.error(f"[serve] tritonserver exited ({server.process.returncode}):\n{server.log_tail()}")
                 return 1
+            if api and api.process.poll() is not None:
+                log.error(f"[serve] the OpenAI API exited ({api.process.returncode}):\n{api.log_tail()}")
+                return 1
             time.sleep(0.5)
     finally:
+        if api:
+            api.stop()
         if guard:
             guard.stop()
         log.info("[serve] stopping tritonserver")

@@ -1,0 +1,316 @@
+"""The OpenAI-compatible HTTP API (Starlette on uvicorn) over the repository's endpoints.
+
+Routes: POST /v1/embeddings, /v1/chat/completions, /v1/completions; GET /v1/models[/{id}], /health,
+/metrics. Every answer other than 200 is an OpenAI error object (hotpath.openai_api.errors), unknown
+routes and methods included. Bodies are bounded before they are parsed (413), parsed strictly (400
+naming the field), and at most `max_in_flight` requests are answered at once (429 with Retry-After
+beyond that: a fast refusal instead of a queue in front of Triton's own).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from hotpath.openai_api import errors
+from hotpath.openai_api.catalog import ServedModel, served_models
+from hotpath.openai_api.errors import APIError
+from hotpath.openai_api.generation import Completion, Totals, request_inputs
+from hotpath.openai_api.metrics import APIMetrics
+from hotpath.openai_api.schemas import (
+    CHAT_REFUSED,
+    COMPLETION_REFUSED,
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingsRequest,
+)
+from hotpath.openai_api.tokens import TokenCounter
+from hotpath.openai_api.triton import Triton
+
+log = logging.getLogger("hotpath.openai_api")
+
+DEFAULT_MAX_BODY_BYTES = 8 << 20    # 2048 inputs of ~4 KB each
+DEFAULT_MAX_IN_FLIGHT = 64
+
+
+@dataclass
+class APIConfig:
+    grpc_url: str
+    repository: Path
+    aliases: dict[str, str] = field(default_factory=dict)
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    api_key: str | None = field(default=None, repr=False)   # None: no key (behind the tenant gateway, or loopback)
+
+
+def json_response(body: dict, status: int = 200, headers: dict | None = None) -> Response:
+    return Response(orjson.dumps(body, option=orjson.OPT_SERIALIZE_NUMPY), status, headers,
+                    media_type="application/json")
+
+
+def error_response(error: APIError) -> Response:
+    return json_response(error.body(), error.status, error.headers())
+
+
+def sse(data: dict) -> bytes:
+    return b"data: " + orjson.dumps(data) + b"\n\n"
+
+
+DONE = b"data: [DONE]\n\n"
+
+
+class OpenAIAPI:
+    def __init__(self, config: APIConfig):
+        self.config = config
+        self.models: dict[str, ServedModel] = served_models(config.repository, config.aliases)
+        self.counters = {m.endpoint: TokenCounter(m.tokenizer) for m in self.models.values() if m.tokenizer}
+        self.metrics = APIMetrics()
+        self.triton: Triton | None = None
+        self.in_flight = 0
+        self.app = Starlette(routes=[
+            Route("/v1/embeddings", self.route("embeddings", self.embeddings), methods=["POST"]),
+            Route("/v1/chat/completions", self.route("chat", self.chat), methods=["POST"]),
+            Route("/v1/completions", self.route("completions", self.completions), methods=["POST"]),
+            Route("/v1/models", self.route("models", self.list_models, counted=False), methods=["GET"]),
+            Route("/v1/models/{model:path}", self.route("models", self.get_model, counted=False), methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/metrics", self.metrics_route, methods=["GET"]),
+        ], exception_handlers={HTTPException: self.http_error, Exception: self.server_error},
+            lifespan=self.lifespan)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _app):
+        self.triton = Triton(self.config.grpc_url)
+        try:
+            yield
+        finally:
+            await self.triton.close()
+
+    # -- the frame every API route runs in: auth, in-flight cap, errors, metrics
+
+    def route(self, name: str, handler, counted: bool = True):
+        async def run(request: Request) -> Response:
+            slot = _Slot(self, name)
+            model, response = "-", None
+            try:
+                self._authorize(request)
+                if counted:
+                    slot.take()
+                request.state.slot = slot
+                response, model = await handler(request)
+            except APIError as error:
+                response = error_response(error)
+                self.metrics.errors.labels(name, str(error.status), error.type).inc()
+            except Exception:   # noqa: BLE001 - a bug: logged with its traceback, the client gets a plain 500
+                log.exception(f"{request.method} {request.url.path} failed")
+                response = error_response(INTERNAL)
+                self.metrics.errors.labels(name, "500", "server_error").inc()
+            finally:
+                if not isinstance(response, StreamingResponse):
+                    slot.release()
+            self.metrics.requests.labels(name, model, str(response.status_code)).inc()
+            return response
+
+        return run
+
+    def _authorize(self, request: Request) -> None:
+        if self.config.api_key is None:
+            return
+        if request.headers.get("authorization", "") != f"Bearer {self.config.api_key}":
+            raise APIError(401, "Incorrect or missing API key (send Authorization: Bearer <key>)",
+                           "authentication_error", None, "invalid_api_key")
+
+    async def _body(self, request: Request, schema):
+        """The request's body parsed as `schema`; 413 beyond max_body_bytes (read no further), 400 otherwise."""
+        limit = self.config.max_body_bytes
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            raise errors.body_too_large(limit) if length.isdigit() else errors.invalid("Bad Content-Length")
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise errors.body_too_large(limit)
+            chunks.append(chunk)
+        try:
+            return schema.model_validate_json(b"".join(chunks))
+        except ValidationError as exc:
+            raise errors.from_validation(exc) from None
+
+    def _model(self, name: str, kind: str, chat: bool = False) -> ServedModel:
+        model = self.models.get(name)
+        if model is None or model.kind != kind or (chat and not model.chat):
+            raise errors.model_not_found(name)
+        return model
+
+    # -- routes
+
+    async def embeddings(self, request: Request):
+        body: EmbeddingsRequest = await self._body(request, EmbeddingsRequest)
+        model = self._model(body.model, "embedding")
+        if body.dimensions is not None and body.dimensions != model.dimensions:
+            raise errors.invalid(f"'dimensions' must be {model.dimensions} for {model.id} (not a Matryoshka model: "
+                                 "its vectors cannot be shortened)", "dimensions", "invalid_value")
+        texts = body.texts
+        _check_texts(model, texts)
+        pending = asyncio.ensure_future(self.triton.embed(model, texts))   # counting tokens overlaps the call
+        try:
+            tokens = self.counters[model.endpoint].count(texts)
+        finally:
+            vectors = await pending
+        self.metrics.tokens.labels(model.id, "prompt").inc(tokens)
+        if body.encoding_format == "base64":
+            little = vectors.astype("<f4", copy=False)
+            data = [{"object": "embedding", "index": i, "embedding": base64.b64encode(v.tobytes()).decode("ascii")}
+                    for i, v in enumerate(little)]
+        else:
+            data = [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]
+        return json_response({"object": "list", "data": data, "model": body.model,
+                              "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}), model.id
+
+    async def chat(self, request: Request):
+        body: ChatCompletionRequest = await self._body(request, ChatCompletionRequest)
+        if refused := CHAT_REFUSED.check(body):
+            raise errors.unsupported(refused)
+        return await self._generate(request, self._model(body.model, "generation", chat=True), body, "messages")
+
+    async def completions(self, request: Request):
+        body: CompletionRequest = await self._body(request, CompletionRequest)
+        if refused := COMPLETION_REFUSED.check(body):
+            raise errors.unsupported(refused)
+        return await self._generate(request, self._model(body.model, "generation"), body, "prompt")
+
+    async def _generate(self, request: Request, model: ServedModel, body, param: str):
+        if body.stream_options is not None and not body.stream:
+            raise errors.invalid("'stream_options' is only allowed when 'stream' is true", "stream_options")
+        completion = Completion(body)
+        steps = self.triton.generate(model, request_inputs(body), param)
+        totals = Totals()
+        if not body.stream:
+            async for step in steps:
+                totals.add(step)
+            self._count_tokens(model, totals)
+            return json_response(completion.whole(totals)), model.id
+        # The first response decides the status: an error before it is an HTTP error, after it an error event.
+        first = await anext(steps)
+        return StreamingResponse(self._events(request.state.slot, model, completion, first, steps, totals),
+                                 media_type="text/event-stream", headers={"cache-control": "no-cache"}), model.id
+
+    async def _events(self, slot: _Slot, model: ServedModel, completion: Completion, first, steps, totals: Totals):
+        try:
+            totals.add(first)
+            yield sse(completion.chunk(first.text, None, first=True))
+            async for step in steps:
+                totals.add(step)
+                if step.text:
+                    yield sse(completion.chunk(step.text))
+            yield sse(completion.chunk(None, totals.finish_reason))
+            if completion.include_usage:
+                yield sse(completion.usage_chunk(totals))
+            yield DONE
+        except APIError as error:   # never a silent cut: the stream ends with the error event
+            self.metrics.errors.labels("chat" if completion.chat else "completions", str(error.status),
+                                       error.type).inc()
+            yield sse(error.body())
+        finally:
+            slot.release()
+            self._count_tokens(model, totals)
+            await steps.aclose()
+
+    def _count_tokens(self, model: ServedModel, totals: Totals) -> None:
+        self.metrics.tokens.labels(model.id, "prompt").inc(totals.prompt_tokens)
+        self.metrics.tokens.labels(model.id, "completion").inc(totals.completion_tokens)
+
+    async def list_models(self, _request: Request):
+        return json_response({"object": "list", "data": [m.card() for m in self.models.values()]}), "-"
+
+    async def get_model(self, request: Request):
+        name = request.path_params["model"]
+        if name not in self.models:
+            raise errors.model_not_found(name)
+        return json_response(self.models[name].card()), name
+
+    async def health(self, _request: Request) -> Response:
+        endpoints = sorted({m.endpoint for m in self.models.values()})
+        if self.triton and await self.triton.ready(endpoints):
+            return json_response({"status": "ok", "models": endpoints})
+        return error_response(APIError(503, "not ready: tritonserver or a served model is not ready",
+                                       "server_error", None, "not_ready", errors.RETRY_AFTER_S))
+
+    async def metrics_route(self, _request: Request) -> Response:
+        body, content_type = self.metrics.exposition()
+        return Response(body, media_type=content_type)
+
+    # -- errors outside the routes' own
+
+    async def http_error(self, _request: Request, exc: HTTPException) -> Response:
+        kinds = {404: ("Unknown route (this server answers /v1/embeddings, /v1/chat/completions, "
+                       "/v1/completions, /v1/models, /health, /metrics)", "not_found"),
+                 405: ("Method not allowed on this route", "method_not_allowed")}
+        message, code = kinds.get(exc.status_code, (str(exc.detail), None))
+        return error_response(APIError(exc.status_code, message, "invalid_request_error", None, code))
+
+    async def server_error(self, request: Request, exc: Exception) -> Response:
+        log.exception(f"{request.method} {request.url.path} failed")   # the traceback stays in the log
+        return error_response(INTERNAL)
+
+
+INTERNAL = APIError(500, "The server failed the request", "server_error", None, "internal_error")
+
+
+class _Slot:
+    """A request's place among those in flight, and its latency: released once, when its answer is complete
+    (a stream's when the stream ends)."""
+
+    def __init__(self, api: OpenAIAPI, route: str):
+        self.api, self.route, self.started = api, route, time.perf_counter()
+        self.held = self.released = False
+
+    def take(self) -> None:
+        api = self.api
+        if api.in_flight >= api.config.max_in_flight:
+            raise errors.overloaded(api.config.max_in_flight)
+        api.in_flight += 1
+        api.metrics.in_flight.inc()
+        self.held = True
+
+    def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        if self.held:
+            self.api.in_flight -= 1
+            self.api.metrics.in_flight.dec()
+        self.api.metrics.latency.labels(self.route).observe(time.perf_counter() - self.started)
+
+
+def _check_texts(model: ServedModel, texts: list[str]) -> None:
+    """The model's own per-text limits, checked before this process tokenizes anything (same 400 as Triton's)."""
+    for i, text in enumerate(texts):
+        if model.max_text_chars is not None and len(text) > model.max_text_chars:
+            raise errors.invalid(f"input[{i}] is {len(text)} characters, over the limit of {model.max_text_chars}",
+                                 "input", "input_too_long")
+        if model.max_text_bytes is not None and len(text) * 4 > model.max_text_bytes:
+            size = len(text.encode("utf-8", errors="surrogatepass"))
+            if size > model.max_text_bytes:
+                raise errors.invalid(f"input[{i}] is {size} bytes, over the limit of {model.max_text_bytes}",
+                                     "input", "input_too_long")
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise errors.invalid(f"input[{i}] is not valid Unicode text (lone surrogate at {exc.start})",
+                                     "input", "invalid_value") from None

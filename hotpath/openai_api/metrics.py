@@ -1,0 +1,29 @@
+"""Prometheus metrics of the API itself (GET /metrics on its port): requests and errors by status, latency,
+requests in flight and tokens, by route and model. Triton's own metrics stay on its metrics port."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+# Seconds: from sub-millisecond (the API's own cost, perf/reports/openai_api.md) to a long generation.
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class APIMetrics:
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        self.requests = Counter("hotpath_openai_requests", "Requests answered, by route, model and HTTP status",
+                                ["route", "model", "code"], registry=self.registry)
+        self.errors = Counter("hotpath_openai_errors", "Requests answered with an error, by route and error code",
+                              ["route", "code", "type"], registry=self.registry)
+        self.latency = Histogram("hotpath_openai_request_duration_seconds",
+                                 "Time from the request's arrival to its last byte, by route",
+                                 ["route"], buckets=BUCKETS, registry=self.registry)
+        self.in_flight = Gauge("hotpath_openai_requests_in_flight", "Requests being answered now",
+                               registry=self.registry)
+        self.tokens = Counter("hotpath_openai_tokens", "Tokens by model and kind (prompt | completion)",
+                              ["model", "kind"], registry=self.registry)
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST

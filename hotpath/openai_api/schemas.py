@@ -1,0 +1,162 @@
+"""Request bodies of the OpenAI-compatible API, validated strictly (pydantic, extra="forbid").
+
+Every field the OpenAI API defines for a route is either honoured or refused with 400 naming it
+(`param`): an unknown field, and a known one the engine cannot honour (n > 1, logprobs, tools,
+response_format, logit_bias, penalties, ...), never pass silently. A refused field may still be sent
+with the value that asks for nothing (n = 1, logprobs = false, a zero penalty): clients and frameworks
+send those defaults. Numbers are bounded here, before any tensor is built: no int reaches a tensor
+type it does not fit, no NaN or infinity reaches the sampler.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
+
+# OpenAI's own limit of inputs per embeddings request; the API sends them to Triton in chunks of the
+# endpoint's max_batch_size (hotpath.openai_api.triton).
+MAX_EMBEDDING_INPUTS = 2048
+MAX_STOP = 4                 # OpenAI's limit of stop sequences
+MAX_MESSAGES = 256
+SEED_RANGE = (-(2 ** 63), 2 ** 63 - 1)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+
+class Unsupported:
+    """Fields of the OpenAI API the engines cannot honour, and the value of each that asks for nothing
+    (sent as such, they are accepted). `check` names the first one a request sets otherwise."""
+
+    def __init__(self, **harmless):
+        self.harmless = harmless
+
+    def check(self, request: BaseModel) -> str | None:
+        for name, ok in self.harmless.items():
+            if name in request.model_fields_set and getattr(request, name) not in ok:
+                return name
+        return None
+
+
+class EmbeddingsRequest(Strict):
+    model: StrictStr
+    input: StrictStr | Annotated[list[StrictStr], Field(min_length=1, max_length=MAX_EMBEDDING_INPUTS)]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: StrictInt | None = None
+    user: StrictStr | None = None
+
+    @property
+    def texts(self) -> list[str]:
+        return [self.input] if isinstance(self.input, str) else list(self.input)
+
+
+class StreamOptions(Strict):
+    include_usage: StrictBool = False
+    continuous_usage_stats: Literal[False] = False   # vLLM's extension, refused when asked for
+
+
+class TextPart(Strict):
+    type: Literal["text"]
+    text: StrictStr
+
+
+class Message(Strict):
+    role: Literal["system", "developer", "user", "assistant"]
+    content: StrictStr | Annotated[list[TextPart], Field(min_length=1)]
+    name: StrictStr | None = None
+
+    @property
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+Stop = StrictStr | Annotated[list[StrictStr], Field(max_length=MAX_STOP)] | None
+Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class Sampling(Strict):
+    """Sampling fields common to chat and text completions (the engine's sampling_parameters)."""
+
+    model: StrictStr
+    max_tokens: Annotated[StrictInt, Field(ge=1, le=2 ** 31 - 1)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=2.0)] | None = None
+    top_p: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    seed: Annotated[StrictInt, Field(ge=SEED_RANGE[0], le=SEED_RANGE[1])] | None = None
+    stop: Stop = None
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    user: StrictStr | None = None
+    # Accepted only with the values that ask for nothing (Unsupported below); typed so that a wrong
+    # type is still a 400 naming the field.
+    n: StrictInt | None = None
+    logprobs: StrictBool | StrictInt | None = None
+    top_logprobs: StrictInt | None = None
+    logit_bias: dict[StrictStr, float] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    best_of: StrictInt | None = None
+
+    @field_validator("stop")
+    @classmethod
+    def _stops(cls, value):
+        stops = [value] if isinstance(value, str) else value or []
+        if any(not s for s in stops):
+            raise ValueError("stop sequences must not be empty")
+        return value
+
+    @property
+    def stops(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ChatCompletionRequest(Sampling):
+    messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)]
+    max_completion_tokens: Annotated[StrictInt, Field(ge=1, le=2 ** 31 - 1)] | None = None
+    tools: list | None = None
+    tool_choice: StrictStr | dict | None = None
+    functions: list | None = None
+    function_call: StrictStr | dict | None = None
+    response_format: dict | None = None
+    parallel_tool_calls: StrictBool | None = None
+    modalities: list | None = None
+    audio: dict | None = None
+    prediction: dict | None = None
+    reasoning_effort: StrictStr | None = None
+    service_tier: StrictStr | None = None
+    store: StrictBool | None = None
+    metadata: dict | None = None
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+class CompletionRequest(Sampling):
+    prompt: StrictStr | Annotated[list[StrictStr], Field(min_length=1, max_length=1)]
+    echo: StrictBool | None = None
+    suffix: StrictStr | None = None
+
+    @property
+    def text(self) -> str:
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
+    @property
+    def token_limit(self) -> int | None:
+        return self.max_tokens
+
+
+_NOTHING = (None,)
+_SAMPLING_REFUSED = dict(n=(None, 1), logprobs=(None, False, 0), top_logprobs=(None, 0), logit_bias=(None, {}),
+                         presence_penalty=(None, 0, 0.0), frequency_penalty=(None, 0, 0.0), best_of=(None, 1))
+CHAT_REFUSED = Unsupported(**_SAMPLING_REFUSED, tools=(None, []), tool_choice=(None, "none"), functions=(None, []),
+                           function_call=(None, "none"), response_format=(None, {"type": "text"}),
+                           parallel_tool_calls=_NOTHING, modalities=(None, ["text"]), audio=_NOTHING,
+                           prediction=_NOTHING, reasoning_effort=_NOTHING, service_tier=(None, "auto", "default"),
+                           store=(None, False), metadata=_NOTHING)
+COMPLETION_REFUSED = Unsupported(**_SAMPLING_REFUSED, echo=(None, False), suffix=(None, ""))
