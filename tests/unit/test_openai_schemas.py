@@ -1,0 +1,113 @@
+"""Request validation of the OpenAI-compatible API: strict bodies, refused fields named, bounded numbers."""
+
+import pytest
+from pydantic import ValidationError
+
+from hotpath.openai_api import errors
+from hotpath.openai_api.schemas import (
+    CHAT_REFUSED,
+    COMPLETION_REFUSED,
+    MAX_EMBEDDING_INPUTS,
+    ChatCompletionRequest,
+    CompletionRequest,
+    EmbeddingsRequest,
+)
+
+CHAT = '{"model": "m", "messages": [{"role": "user", "content": "hi"}]%s}'
+
+
+def _error(schema, body: str) -> errors.APIError:
+    with pytest.raises(ValidationError) as exc:
+        schema.model_validate_json(body)
+    return errors.from_validation(exc.value)
+
+
+def test_embeddings_accepts_a_string_or_a_list():
+    assert EmbeddingsRequest.model_validate_json('{"model": "m", "input": "a"}').texts == ["a"]
+    body = EmbeddingsRequest.model_validate_json('{"model": "m", "input": ["a", "b"], "encoding_format": "base64"}')
+    assert body.texts == ["a", "b"] and body.encoding_format == "base64"
+
+
+@pytest.mark.parametrize("body, param, code", [
+    ('{"model": "m", "input": "a", "foo": 1}', "foo", "unknown_parameter"),
+    ('{"input": "a"}', "model", "missing_required_parameter"),
+    ('{"model": "m", "input": 5}', "input", "invalid_value"),
+    ('{"model": "m", "input": [[1, 2]]}', "input", "invalid_value"),
+    ('{"model": "m", "input": []}', "input", "invalid_value"),
+    ('{"model": "m", "input": "a", "dimensions": 3.0}', "dimensions", "invalid_value"),
+    ('{"model": "m", "input": "a", "dimensions": true}', "dimensions", "invalid_value"),
+    ('{"model": "m", "input": "a", "encoding_format": "int8"}', "encoding_format", "invalid_value"),
+    ('[1]', None, "invalid_type"),
+    ('{"model": ', None, "invalid_json"),
+])
+def test_embeddings_errors_name_the_field(body, param, code):
+    error = _error(EmbeddingsRequest, body)
+    assert (error.status, error.param, error.code) == (400, param, code)
+
+
+def test_batch_limit():
+    body = '{"model": "m", "input": [%s]}' % ", ".join(['"a"'] * (MAX_EMBEDDING_INPUTS + 1))
+    assert _error(EmbeddingsRequest, body).param == "input"
+
+
+def test_deep_json_is_a_400_not_a_crash():
+    error = _error(EmbeddingsRequest, '{"model": "m", "input": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    assert error.code == "invalid_json"
+
+
+@pytest.mark.parametrize("extra, param", [
+    (', "max_tokens": ' + "9" * 400, "max_tokens"),
+    (', "max_tokens": 0', "max_tokens"),
+    (', "temperature": 1e400', "temperature"),
+    (', "temperature": 2.5', "temperature"),
+    (', "top_p": 0', "top_p"),
+    (', "seed": 9223372036854775808', "seed"),
+    (', "stop": ["a", "b", "c", "d", "e"]', "stop"),
+    (', "stop": ""', "stop"),
+    (', "stream": "yes"', "stream"),
+    (', "stream_options": {"include_usage": true, "x": 1}', "stream_options.x"),
+])
+def test_sampling_fields_are_bounded(extra, param):
+    assert _error(ChatCompletionRequest, CHAT % extra).param == param
+
+
+def test_message_roles_and_parts():
+    body = ChatCompletionRequest.model_validate_json(
+        '{"model": "m", "messages": [{"role": "developer", "content": "be brief"}, '
+        '{"role": "user", "content": [{"type": "text", "text": "hel"}, {"type": "text", "text": "lo"}]}]}')
+    assert [m.text for m in body.messages] == ["be brief", "hello"]
+    assert _error(ChatCompletionRequest, '{"model": "m", "messages": [{"role": "tool", "content": "x"}]}').param \
+        == "messages[0].role"
+    image = '{"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}'
+    assert _error(ChatCompletionRequest, image).param.startswith("messages[0].content")
+
+
+@pytest.mark.parametrize("extra, refused", [
+    (', "n": 2', "n"), (', "logprobs": true', "logprobs"), (', "top_logprobs": 2', "top_logprobs"),
+    (', "tools": [{"type": "function"}]', "tools"), (', "response_format": {"type": "json_object"}', "response_format"),
+    (', "logit_bias": {"50256": -100}', "logit_bias"), (', "presence_penalty": 0.5', "presence_penalty"),
+    (', "frequency_penalty": 1', "frequency_penalty"), (', "tool_choice": "auto"', "tool_choice"),
+])
+def test_fields_the_engine_cannot_honour_are_refused(extra, refused):
+    assert CHAT_REFUSED.check(ChatCompletionRequest.model_validate_json(CHAT % extra)) == refused
+    assert errors.unsupported(refused).param == refused
+
+
+@pytest.mark.parametrize("extra", [', "n": 1', ', "logprobs": false', ', "presence_penalty": 0',
+                                   ', "response_format": {"type": "text"}', ', "logit_bias": {}', ''])
+def test_their_no_op_values_are_accepted(extra):
+    assert CHAT_REFUSED.check(ChatCompletionRequest.model_validate_json(CHAT % extra)) is None
+
+
+def test_completions():
+    body = CompletionRequest.model_validate_json('{"model": "m", "prompt": ["hi"], "max_tokens": 5, "stop": "x"}')
+    assert body.text == "hi" and body.stops == ["x"] and body.token_limit == 5
+    assert COMPLETION_REFUSED.check(CompletionRequest.model_validate_json(
+        '{"model": "m", "prompt": "hi", "echo": true}')) == "echo"
+    assert _error(CompletionRequest, '{"model": "m", "prompt": [1, 2]}').param.startswith("prompt")
+    assert _error(CompletionRequest, '{"model": "m", "prompt": ["a", "b"]}').param == "prompt"
+
+
+def test_max_completion_tokens_wins_over_max_tokens():
+    body = ChatCompletionRequest.model_validate_json(CHAT % ', "max_tokens": 9, "max_completion_tokens": 3')
+    assert body.token_limit == 3
