@@ -9,6 +9,7 @@ so a variant that won only while another process used the CPU shows as such.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -18,6 +19,7 @@ from pathlib import Path
 import tritonclient.grpc as grpcclient
 
 from hotpath import paths
+from hotpath.errors import HotpathError
 from hotpath.hardware_key import HardwareKey
 from hotpath.perf.measure.perf_analyzer import Measurement
 from hotpath.perf.measure.point import measure, response_cache_off
@@ -26,7 +28,9 @@ from hotpath.perf.tune.knobs import apply_knobs
 from hotpath.samples import ensure_input
 from hotpath.slo import load_slos
 
-MEASUREMENT = Measurement(2000, 50, 3)
+# A shared host rarely passes perf_analyzer's stability check; the rounds and their medians carry the
+# comparison instead, and a point that still fails is recorded as missing, not a crash of the study.
+MEASUREMENT = Measurement(2000, 100, 3)
 TEXT_VARIANTS = {   # label -> sentence_embedder knobs
     "1 thread per text (before)": {"one_text_thread_count": 1, "spin_duration_us": 0},
     "2 threads per text, no spin (shipped)": {"one_text_thread_count": 2, "spin_duration_us": 0},
@@ -77,9 +81,14 @@ def main(argv: list[str] | None = None) -> int:
         for r in range(args.rounds):
             for label, knobs in TEXT_VARIANTS.items():
                 load_config(client, "sentence_embedder", apply_knobs(base, knobs))
-                measure(url, slo.endpoint, "concurrency", 1, data, Measurement(1000, 100, 2))   # warm
+                with contextlib.suppress(HotpathError):   # warm: ORT plans per shape after a reload
+                    measure(url, slo.endpoint, "concurrency", 1, data, Measurement(1000, 100, 2))
                 for c in loads:
-                    pp = measure(url, slo.endpoint, "concurrency", c, data, MEASUREMENT)
+                    try:
+                        pp = measure(url, slo.endpoint, "concurrency", c, data, MEASUREMENT)
+                    except HotpathError as exc:
+                        print(f"[fixed_cost_server] round {r} {label} c={c}: no measurement ({str(exc)[:120]})")
+                        continue
                     step = pp.steps.get("sentence_embedder", {})
                     rows[label][c].append((pp.p50_ms, pp.p95_ms, step.get("compute_infer_us", 0.0) / 1e3))
                     print(f"[fixed_cost_server] round {r} {label} c={c}: p50 {pp.p50_ms:.2f} ms, p95 "
@@ -100,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
            "|---|---:|---:|---:|---:|---:|---|"]
     for label, by_c in rows.items():
         for c, pts in by_c.items():
+            if not pts:
+                out.append(f"| {label} | {c} | - | - | - | - | no stable measurement |")
+                continue
             p50 = statistics.median(x[0] for x in pts)
             out.append(f"| {label} | {c} | {p50:.2f} | {p50 / floor:.2f} | {statistics.median(x[1] for x in pts):.2f} | "
                        f"{statistics.median(x[2] for x in pts):.2f} | {' '.join(f'{x[0]:.2f}' for x in pts)} |")

@@ -143,9 +143,10 @@ def apply_to_served(served: Path, path: Path, log=logger.info) -> dict[str, dict
         if entry.is_symlink():
             entry.unlink()
             link_with_config(source, entry, config)
-        else:
+        else:   # a folder the start assembled (TensorRT fallback): its config may be a link into the image
             from hotpath.config import to_pbtxt
 
+            (entry / "config.pbtxt").unlink(missing_ok=True)
             (entry / "config.pbtxt").write_text(to_pbtxt(config))
     return models
 
