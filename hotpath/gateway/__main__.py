@@ -1,10 +1,12 @@
 """`python -m hotpath.gateway token` prints a new tenant token; `python -m hotpath.gateway serve ...` runs the
 tenant gateway on loopback in front of a tritonserver (or its replicas) until Ctrl-C or SIGTERM (limits sized as
-in hotpath.gateway.limits); SIGHUP reads the tenants file again."""
+in hotpath.gateway.limits); SIGHUP reads the tenants file again. With a Redis (`--redis URL`, `--redis local`
+or HOTPATH_REDIS_URL) the quotas and the exact cache are shared by every replica using it."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import logging
 import signal
@@ -17,11 +19,24 @@ from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
 from hotpath.gateway.process import TenantGateway
 from hotpath.gateway.tenants import load_tenants, new_token
+from hotpath.shared_state.cache_key import DEFAULT_TTL_S, repository_build
+from hotpath.shared_state.server import LocalRedis
+from hotpath.shared_state.target import URL_ENV, from_env, parse_url
 
 log = logging.getLogger(__name__)
 
 
 def _serve(args: argparse.Namespace) -> int:
+    with contextlib.ExitStack() as stack:
+        if args.redis == "local":   # a redis-server of its own, gone with this process
+            redis = stack.enter_context(LocalRedis()).target
+            log.info(f"[gateway] started a local Redis at {redis.url}")
+        else:
+            redis = parse_url(args.redis) if args.redis else from_env()
+        return _serve_with(args, redis)
+
+
+def _serve_with(args: argparse.Namespace, redis) -> int:
     tenants = load_tenants(args.tenants)
     grpc_upstreams = tuple(args.grpc_upstream or ["127.0.0.1:8001"])
     http_upstreams = tuple(args.http_upstream or ["127.0.0.1:8000"])
@@ -29,7 +44,9 @@ def _serve(args: argparse.Namespace) -> int:
         raise HotpathError("give one --http-upstream per --grpc-upstream (the same replicas, in the same order)")
     settings = TenantGatewaySettings(args.grpc_port, args.http_port, grpc_upstreams, http_upstreams,
                                      tenants, args.max_in_flight or admission_cap(args.profile),
-                                     args.max_body_bytes or max_body_bytes(), args.max_streams or stream_cap())
+                                     args.max_body_bytes or max_body_bytes(), args.max_streams or stream_cap(),
+                                     redis=redis, cache_build=repository_build() if redis and args.cache_ttl else "",
+                                     cache_ttl_s=args.cache_ttl or DEFAULT_TTL_S)
     signals: list[int] = []   # SIGTERM and SIGHUP, handled in the loop below (not inside a handler)
     wake = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGHUP):
@@ -38,7 +55,9 @@ def _serve(args: argparse.Namespace) -> int:
         log.info(f"[gateway] gRPC {gateway.grpc_url}, HTTP {gateway.http_url} -> {', '.join(grpc_upstreams)} / "
                  f"{', '.join(http_upstreams)}; {len(tenants)} tenant(s), {settings.in_flight_cap} inference calls "
                  f"in flight, {settings.streams_cap} streams open, "
-                 f"bodies up to {settings.max_body_bytes} bytes; access log {gateway.access_log}")
+                 f"bodies up to {settings.max_body_bytes} bytes; access log {gateway.access_log}; quotas "
+                 f"{'shared in ' + redis.url if redis else 'per replica (no Redis)'}; metrics and health "
+                 f"http://{gateway.status_url}/metrics, /health")
         try:
             while signal.SIGTERM not in signals:
                 wake.wait(0.5)
@@ -79,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--max-streams", type=int, default=0, help="default: the specs' decoupled max_batch slots")
     serve.add_argument("--max-body-bytes", type=int, default=0, help="default: the specs' largest item + 1 MiB")
     serve.add_argument("--profile", default="cpu", help="perf/slo.toml profile that sizes the in-flight cap")
+    serve.add_argument("--redis", default="", help=f"redis://host:port/db of the fleet's Redis, or 'local' to start "
+                       f"one (default ${URL_ENV}; none: quotas per replica, no shared cache)")
+    serve.add_argument("--cache-ttl", type=int, default=DEFAULT_TTL_S,
+                       help="seconds a cacheable answer stays in Redis; 0: no exact cache")
     args = parser.parse_args(argv)
     if args.command == "token":
         print(new_token())

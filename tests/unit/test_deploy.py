@@ -40,7 +40,7 @@ def overlay(request):
     return request.param, by_kind(kustomize(DEPLOY / "overlays" / request.param))
 
 
-@pytest.mark.parametrize("path", [*(f"overlays/{o}" for o in OVERLAYS), "prometheus-adapter"])
+@pytest.mark.parametrize("path", [*(f"overlays/{o}" for o in OVERLAYS), "prometheus-adapter", "redis"])
 def test_renders_and_validates_strictly(path):
     docs = kustomize(DEPLOY / path)
     assert docs
