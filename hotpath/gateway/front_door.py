@@ -21,6 +21,7 @@ from hotpath.errors import HotpathError
 from hotpath.gateway.tenants import Tenant
 from hotpath.repository import Repository
 from hotpath.shared_state.cache_key import DEFAULT_TTL_S, MAX_ANSWER_BYTES, PREFIX
+from hotpath.shared_state.quota import GCRA_SCRIPT   # run in Redis by EVALSHA (redis_link.lua)
 from hotpath.shared_state.target import RedisTarget
 
 # The parameters a tenant may send, where, with the JSON type Triton's parser expects: a wrong type is a
@@ -42,7 +43,6 @@ LUA_MODULE = "hotpath_front_door"        # its name in package.loaded (set in th
 # The modules front_door.lua requires, loaded first: the fleet's Redis (budgets) and the exact cache.
 LUA_DEPENDENCIES = (("hotpath_redis_link", Path(__file__).with_name("redis_link.lua")),
                     ("hotpath_exact_cache", Path(__file__).with_name("exact_cache.lua")))
-GCRA_SCRIPT = Path(__file__).with_name("gcra.redis.lua")   # run in Redis by EVALSHA (redis_link.lua)
 REDIS_LUA = "/usr/share/lua/5.1/nginx/redis.lua"   # Debian's lua-nginx-redis (lua-resty-redis)
 REDIS_RETRY_S = 1        # after a failed Redis call it is skipped this long (no request waits out a timeout)
 REDIS_POOL = (64, 30000)   # keepalive connections per worker, idle ms
@@ -110,7 +110,7 @@ def work_cap(models: tuple[PublicModel, ...]) -> int:
 
 def front_door_json(models: tuple[PublicModel, ...], tenants: tuple[Tenant, ...], max_calls: int, max_work: int,
                     overloaded: str, tenant_variable: str, charge_key: str, redis: RedisTarget | None = None,
-                    cache: dict | None = None) -> str:
+                    cache: dict | None = None, openai: dict | None = None) -> str:
     """front_door.lua's config. `redis`: the fleet's Redis (budgets, and with `cache` the exact cache:
     {"build": repository_build(), "ttl_s": ...})."""
     shared = {}
@@ -124,6 +124,8 @@ def front_door_json(models: tuple[PublicModel, ...], tenants: tuple[Tenant, ...]
                            "gcra_sha": hashlib.sha1(script.encode()).hexdigest()}
         if cache is not None:
             shared["cache"] = {"prefix": PREFIX, "max_bytes": MAX_ANSWER_BYTES, "ttl_s": DEFAULT_TTL_S, **cache}
+    if openai is not None:   # the OpenAI door's names (hotpath.gateway.openai_door)
+        shared["openai"] = openai
     return json.dumps({
         **shared,
         "models": {m.name: m.describe() for m in models},
