@@ -21,7 +21,7 @@ from hotpath.errors import HotpathError
 from hotpath.gateway.tenants import Tenant
 from hotpath.repository import Repository
 from hotpath.shared_state.cache_key import DEFAULT_TTL_S, MAX_ANSWER_BYTES, PREFIX
-from hotpath.shared_state.quota import GCRA_SCRIPT   # run in Redis by EVALSHA (redis_link.lua)
+from hotpath.shared_state.quota import GCRA_SCRIPT  # run in Redis by EVALSHA (redis_link.lua)
 from hotpath.shared_state.target import RedisTarget
 
 # The parameters a tenant may send, where, with the JSON type Triton's parser expects: a wrong type is a
