@@ -15,6 +15,7 @@ STUDIES: dict[str, tuple[str, str]] = {
     "failover": ("hotpath.perf.studies.failover", "a replica SIGKILLed under load behind the gateway and the balancer"),
     "generation_compare": ("hotpath.perf.compare.generation", "text generation vs llama.cpp and transformers"),
     "image_payload": ("hotpath.perf.studies.image_payload", "write a real-JPEG --input-data file for perf_analyzer"),
+    "openai_api": ("hotpath.perf.compare.openai_api", "the OpenAI API's own cost, and /v1/embeddings vs infinity-emb"),
     "monitoring_snapshot": ("hotpath.perf.studies.monitoring_snapshot", "what the dashboards show under load"),
     "overload_gateway": ("hotpath.perf.studies.overload_gateway", "admission control at 1x and 2x capacity"),
     "postprocess_choice": ("hotpath.perf.studies.postprocess_choice", "where image postprocessing should run"),
