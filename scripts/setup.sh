@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 VENV=${VENV:-.venv}
-APT_PACKAGES=(libb64-0d prometheus nginx libnginx-mod-http-lua lua-cjson redis-server lua-nginx-redis)   # perf_analyzer links libb64.so.0d; prometheus + promtool: monitoring/; nginx: local replicas; its Lua module + cjson: the gateway's checks (hotpath/gateway/front_door.lua); redis-server + lua-nginx-redis (Debian's lua-resty-redis): shared quotas and cache (hotpath/shared_state/)
+APT_PACKAGES=(libb64-0d prometheus nginx libnginx-mod-http-lua lua-cjson redis-server lua-nginx-redis)   # perf_analyzer links libb64.so.0d; prometheus + promtool: monitoring/; nginx: local replicas; its Lua module + cjson: the gateway's checks (hotpath/gateway/front_door.lua); tcmalloc: preloaded into vLLM's engine (hotpath/runtime/llm); redis-server + lua-nginx-redis (Debian's lua-resty-redis): shared quotas and cache (hotpath/shared_state/)
 
 say() { echo "[setup] $*"; }
 
@@ -42,4 +42,24 @@ if [ "$(cat "$stamp_file" 2>/dev/null)" != "$stamp" ]; then
   echo "$stamp" > "$stamp_file"
 else
   say "$VENV is up to date"
+fi
+
+# text_generation's engine: vLLM's CPU build in an environment of its own (its numpy 2 / protobuf 7 pins
+# conflict with nvidia-pytriton and tritonclient). pip pulls CUDA builds of torchvision, torchaudio and
+# torchcodec that fail to import; a text-only model needs none of them.
+VLLM_VENV=${VLLM_VENV:-.venv-vllm}
+if [ ! -x "$VLLM_VENV/bin/python" ]; then
+  say "creating $VLLM_VENV with $($PYTHON --version)"
+  "$PYTHON" -m venv "$VLLM_VENV"
+fi
+vllm_stamp_file="$VLLM_VENV/.hotpath-setup"
+vllm_stamp=$(sha256sum requirements-vllm.txt | cut -d' ' -f1)
+if [ "$(cat "$vllm_stamp_file" 2>/dev/null)" != "$vllm_stamp" ]; then
+  say "installing vLLM (requirements-vllm.txt) into $VLLM_VENV (first run: about 6 minutes)"
+  "$VLLM_VENV/bin/python" -m pip install -q --upgrade "pip>=24"
+  "$VLLM_VENV/bin/python" -m pip install -q -r requirements-vllm.txt
+  "$VLLM_VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec
+  echo "$vllm_stamp" > "$vllm_stamp_file"
+else
+  say "$VLLM_VENV is up to date"
 fi

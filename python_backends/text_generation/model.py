@@ -1,65 +1,108 @@
-"""Text generation (decoupled): PROMPT in, one response per generated token, then a final response.
+"""Text generation on vLLM (decoupled), with Triton's vLLM-backend tensors.
 
-A thin adapter over hotpath.runtime.generation: `execute()` validates and queues each request and
-returns at once; the instance's generation loop (a thread) batches every running sequence into
-one decoder call per step and streams tokens back through each request's response sender.
-Input faults get INVALID_ARGUMENT; a full admission queue or a shutdown gets UNAVAILABLE. Every error
-message starts with "text_generation: [STATUS] ": a gRPC stream response carries the message only
-(Triton 2.51 sends the status code only to a stream opened with the `triton_grpc_error` header, which then
-closes), so hotpath.client reads the class from there. Every request gets its final flag, errors included.
+Inputs: text_input or hotpath's `messages` (chat turns, rendered with the model's chat template),
+sampling_parameters (JSON), stream, exclude_input_in_output, return_finish_reason,
+return_num_input_tokens, return_num_output_tokens (hotpath.runtime.llm.request). Outputs: text_output
+(a delta per response when streaming, else the whole text in one response), finish_reason (stop | length
+| cancelled), num_input_tokens, num_output_tokens (UINT32), each when asked for.
 
-Unload and shutdown: Triton finalizes a decoupled Python model only once all its response senders are
-closed, so a watcher polls `pb_utils.is_model_ready` while requests are in flight and, once an unload
-or a server shutdown began, ends them (UNAVAILABLE); finalize() then stops the loop.
+The engine is vLLM's AsyncLLM in a child process started from the vLLM environment
+(hotpath.runtime.llm.engine_process): this stub keeps numpy 1.26, which Triton 2.51's stub needs for
+string tensors. One engine request per Triton request; `execute()` checks and forwards each request and
+returns at once; a reader thread turns the engine's replies into responses. Every request gets its final
+flag, errors included. Errors: input faults INVALID_ARGUMENT (before anything is queued), a full admission
+queue or a shutdown UNAVAILABLE, faults INTERNAL; every message starts with "text_generation: [STATUS] "
+(hotpath.client reads the class there: a gRPC stream response carries the message only).
+
+Cancellation: a client that cancels its stream gets its sequence aborted in vLLM (KV freed). Unload and
+shutdown: Triton finalizes a decoupled model only once its response senders are closed, so while requests
+are in flight a watcher polls `pb_utils.is_model_ready` and, once an unload or shutdown began, ends them
+(UNAVAILABLE). The engine process exits when this stub's pipe to it closes: finalize, unload, or the stub
+killed (hotpath.runtime.lifetime ends the stub with its server).
 """
 
 import os
+import threading
+import uuid
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
-from tokenizers import Tokenizer
 
 from hotpath.runtime.backend_args import parameters, version_dir
-from hotpath.runtime.generation.chat import encode_prompt, shared_prefix
-from hotpath.runtime.generation.decoder import Decoder, ModelInfo
-from hotpath.runtime.generation.engine import Engine, EngineSettings, QueueFull
-from hotpath.runtime.generation.metrics import EngineMetrics
-from hotpath.runtime.generation.params import (
-    INPUTS,
-    InputError,
-    Limits,
-    parse_history,
-    request_inputs,
-    request_params,
-    wants_stream,
-)
 from hotpath.runtime.lifetime import exit_with_server
+from hotpath.runtime.llm.engine_client import EngineClient, EngineGone, engine_environment
+from hotpath.runtime.llm.metrics import EngineMetrics
+from hotpath.runtime.llm.request import INPUTS, InputError, parse_request
+from hotpath.runtime.llm.settings import cpu_feature_flags, engine_python, from_parameters
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+WATCH_S = 0.5            # unload watcher and cancellation poll period
+READY_CHECK_TIMEOUT_S = 3.0   # an unanswered readiness check counts as the server going away
+ROOT = __import__("pathlib").Path(__import__("hotpath").__file__).resolve().parent.parent
 
 
 def _error(message, code):
     """A TritonError whose message carries its status ("text_generation: [UNAVAILABLE] ...")."""
-    # pb_utils.TritonError exists only once the stub has started (not at import time).
     status = {pb_utils.TritonError.INVALID_ARG: "INVALID_ARGUMENT", pb_utils.TritonError.UNAVAILABLE: "UNAVAILABLE"}
     return pb_utils.TritonError(f"text_generation: [{status.get(code, 'INTERNAL')}] {message}", code)
 
 
-def _bytes(value):
+def _code(status):
+    return {"INVALID_ARGUMENT": pb_utils.TritonError.INVALID_ARG,
+            "UNAVAILABLE": pb_utils.TritonError.UNAVAILABLE}.get(status, pb_utils.TritonError.INTERNAL)
+
+
+def _string(value):
     return np.array([value.encode("utf-8")], dtype=np.object_)
 
 
-def _refuse(sender, message, code):
-    """The request's only response: an error with its code, and the final flag."""
-    sender.send(pb_utils.InferenceResponse(error=_error(message, code)), flags=FINAL)
+class Stream:
+    """One request: turns the engine's replies into Triton responses through its response sender."""
 
+    def __init__(self, sender, request):
+        self.sender, self.request, self.text = sender, request, []
+        self.lock = threading.Lock()
 
-class TritonSink:
-    """Sends one sequence's tokens and final response through its request's response sender; with
-    `stream` False (request parameter "stream": false) only one response, the whole text in the final."""
+    def reply(self, message):
+        with self.lock:
+            if self.sender is None:
+                return
+            if "error" in message:
+                self._close(pb_utils.InferenceResponse(error=_error(message["error"], _code(message.get("status")))))
+                return
+            req, finish = self.request, message.get("finish")
+            if finish == "cancelled" and self.sender.is_cancelled():
+                self._close()   # nobody is listening
+                return
+            if req.stream:
+                if message["text"] or finish is not None:
+                    response = self._response(message["text"], message, finish)
+                    if finish is None:
+                        self.sender.send(response)
+                    else:
+                        self._close(response)
+                return
+            if "prompt" in message:
+                self.text.append(message["prompt"])
+            self.text.append(message["text"])
+            if finish is not None:
+                self._close(self._response("".join(self.text), message, finish))
 
-    def __init__(self, sender, stream=True):
-        self.sender, self.stream, self.text = sender, stream, []
+    def _response(self, text, message, finish):
+        req = self.request
+        tensors = [pb_utils.Tensor("text_output", _string(text))]
+        if finish is not None:
+            if req.want_finish_reason:
+                tensors.append(pb_utils.Tensor("finish_reason", _string(finish)))
+            if req.want_input_tokens:
+                tensors.append(pb_utils.Tensor("num_input_tokens", np.array([message["input_tokens"]], np.uint32)))
+            if req.want_output_tokens:
+                tensors.append(pb_utils.Tensor("num_output_tokens", np.array([message["output_tokens"]], np.uint32)))
+        return pb_utils.InferenceResponse(tensors)
+
+    def fail(self, message, code):
+        with self.lock:
+            self._close(pb_utils.InferenceResponse(error=_error(message, code)))
 
     def _close(self, response=None):
         # Drop the sender with the final flag: Triton keeps the model loaded while a sender lives.
@@ -71,79 +114,94 @@ class TritonSink:
         else:
             sender.send(response, flags=FINAL)
 
-    def token(self, token_id, text):
-        if not self.stream:
-            self.text.append(text)
-            return
-        self.sender.send(pb_utils.InferenceResponse([
-            pb_utils.Tensor("TEXT_DELTA", _bytes(text)),
-            pb_utils.Tensor("TOKEN_ID", np.array([token_id], np.int32))]))
-
-    def finish(self, text, reason, prompt_tokens, completion_tokens):
-        if reason == "cancelled":  # nobody is listening: just close the request
-            self._close()
-            return
-        self._close(pb_utils.InferenceResponse([
-            pb_utils.Tensor("TEXT_DELTA", _bytes("".join(self.text) + text)),
-            pb_utils.Tensor("FINISH_REASON", _bytes(reason)),
-            pb_utils.Tensor("PROMPT_TOKENS", np.array([prompt_tokens], np.int32)),
-            pb_utils.Tensor("COMPLETION_TOKENS", np.array([completion_tokens], np.int32))]))
-
-    def fail(self, message, unavailable=False):
-        code = pb_utils.TritonError.UNAVAILABLE if unavailable else pb_utils.TritonError.INTERNAL
-        self._close(pb_utils.InferenceResponse(error=_error(message, code)))
-
-    def is_cancelled(self):
-        return self.sender is None or self.sender.is_cancelled()
+    def cancelled(self):
+        sender = self.sender
+        return sender is not None and sender.is_cancelled()
 
 
 class TritonPythonModel:
     def initialize(self, args):
         exit_with_server()   # a crashed tritonserver leaves no orphan stub (hotpath.runtime.lifetime)
-        p = parameters(args)
-        folder = version_dir(args) / "export"
-        info = ModelInfo.load(folder / "generation.json")
-        settings = EngineSettings.from_parameters(p)
-        self.limits = Limits(default_max_tokens=int(p.get("default_max_tokens", 128)),
-                             max_tokens=int(p.get("max_tokens_limit", settings.context)), context=settings.context)
-        self.info = info
-        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        decoder = Decoder(folder / "model.onnx", info, intra_op_threads=int(p.get("intra_op_thread_count", 0)),
-                          allow_spinning=p.get("allow_spinning", "false").lower() in ("1", "true"))
-        self.engine = Engine(decoder, self.tokenizer, settings)
-        self.engine.warmup()
-        if p.get("reuse_prefix", "true").lower() in ("1", "true"):
-            self.engine.set_prefix(shared_prefix(self.tokenizer, info.chat_template, info.bos_token, info.eos_token))
+        try:
+            self.settings = from_parameters(parameters(args))
+        except ValueError as exc:
+            raise pb_utils.TritonModelException(f"text_generation: {exc}") from None
+        s = self.settings
+        dtype = s.resolved_dtype()
+        flags = cpu_feature_flags()
+        why = "set in the spec" if s.dtype != "auto" else (
+            "this CPU has native bf16 (avx512_bf16/amx)" if dtype == "bfloat16" else
+            "this CPU has no native bf16 (it would be emulated)")
+        pb_utils.Logger.log_info(f"text_generation: vLLM dtype {dtype} ({why}; avx512f "
+                                 f"{'yes' if 'avx512f' in flags else 'no'}), max_model_len {s.max_model_len}, "
+                                 f"max_num_seqs {s.max_num_seqs}, KV {s.kv_cache_mib} MiB, prefix caching "
+                                 f"{s.enable_prefix_caching}, CPUs {s.cpu_list()}")
+        engine_settings = {**s.as_dict(), "dtype": dtype, "model": str(version_dir(args) / "export")}
+        self.streams = {}
+        self.lock = threading.Lock()
+        self.metrics = None
+        self.engine = EngineClient(engine_python(s, ROOT), engine_settings, engine_environment(s.cpu_list()),
+                                   on_stats=self._stats, log=pb_utils.Logger.log_warn)
+        try:
+            ready = self.engine.wait_ready(s.ready_timeout_s)
+        except EngineGone as exc:
+            raise pb_utils.TritonModelException(f"text_generation: {exc}") from None
+        self.max_model_len = ready["max_model_len"]
         # `load` (this stub's pid) keeps each load's metrics apart: Triton shares one prometheus child
         # between same-named families with equal labels, and an old version's unload during a reload
         # would free the new one's (a heap corruption of tritonserver, seen with hotpath.perf.measure.reconfigure).
-        self.metrics = EngineMetrics(pb_utils, self.engine, {"model": args["model_name"],
-                                                             "version": str(args["model_version"]),
-                                                             "load": str(os.getpid())})
-        self.engine.start()
+        self.metrics = EngineMetrics(pb_utils, {"model": args["model_name"], "version": str(args["model_version"]),
+                                                "load": str(os.getpid())}, ready["kv_capacity_tokens"])
+        self.stopping = threading.Event()
         name, version = args["model_name"], str(args["model_version"])
-        self.engine.watch(lambda: pb_utils.is_model_ready(name, version))
-        self.metrics.start()
+        self.watcher = threading.Thread(target=self._watch, args=(lambda: pb_utils.is_model_ready(name, version),),
+                                        name="text-generation-watch", daemon=True)
+        self.watcher.start()
+        pb_utils.Logger.log_info(f"text_generation: engine ready ({ready})")
+
+    def _stats(self, stats):
+        if self.metrics is not None:
+            self.metrics.publish(stats)
 
     def execute(self, requests):
         for request in requests:
             sender = request.get_response_sender()
             try:
-                values = request_inputs(self._inputs(request))
-                history = values.pop("history")
-                prompt, params = request_params(self.limits, **values)
-                ids = encode_prompt(self.tokenizer, self.info.chat_template, prompt, self.info.bos_token,
-                                    self.info.eos_token, parse_history(self.limits, history))
-                self.engine.submit(ids, params, TritonSink(sender, wants_stream(request.parameters())))
+                parsed = parse_request(self._inputs(request), self.settings.max_tokens_limit,
+                                       self.settings.max_input_bytes)
+                stream = Stream(sender, parsed)
+                rid = uuid.uuid4().hex
+                with self.lock:
+                    limit = self.settings.max_num_seqs + self.settings.max_queue
+                    if len(self.streams) >= limit:
+                        stream.fail(f"admission queue full ({len(self.streams)} requests in flight, limit {limit}); "
+                                    "retry later", pb_utils.TritonError.UNAVAILABLE)
+                        continue
+                    self.streams[rid] = stream
+                self.engine.submit(parsed.engine_message(rid), self._replier(rid, stream))
             except InputError as exc:
-                _refuse(sender, str(exc), pb_utils.TritonError.INVALID_ARG)
-            except QueueFull as exc:
-                _refuse(sender, str(exc), pb_utils.TritonError.UNAVAILABLE)
+                sender.send(pb_utils.InferenceResponse(error=_error(str(exc), pb_utils.TritonError.INVALID_ARG)),
+                            flags=FINAL)
+            except EngineGone as exc:
+                self._forget(rid)
+                stream.fail(str(exc), pb_utils.TritonError.UNAVAILABLE)
             except Exception as exc:  # a bug: a short INTERNAL error (no traceback to the client), final flag sent
                 pb_utils.Logger.log_error(f"text_generation: request failed: {exc!r}")
-                _refuse(sender, f"request failed ({type(exc).__name__})", pb_utils.TritonError.INTERNAL)
+                sender.send(pb_utils.InferenceResponse(
+                    error=_error(f"request failed ({type(exc).__name__})", pb_utils.TritonError.INTERNAL)), flags=FINAL)
             del sender
         return None
+
+    def _replier(self, rid, stream):
+        def reply(message):
+            if message.get("finish") is not None or "error" in message:
+                self._forget(rid)
+            stream.reply(message)
+        return reply
+
+    def _forget(self, rid):
+        with self.lock:
+            self.streams.pop(rid, None)
 
     @staticmethod
     def _inputs(request):
@@ -154,9 +212,49 @@ class TritonPythonModel:
             arrays[name] = None if tensor is None else tensor.as_numpy()
         return arrays
 
+    def _watch(self, is_ready):
+        """While requests are in flight: abort those whose client cancelled, and end all of them
+        (UNAVAILABLE) once an unload or a shutdown began. Idle, it makes no call (Triton unloads an idle
+        model at once)."""
+        while not self.stopping.wait(WATCH_S):
+            with self.lock:
+                streams = list(self.streams.items())
+            if not streams:
+                continue
+            for rid, stream in streams:
+                if stream.cancelled():
+                    self.engine.abort(rid)
+            if not self._still_served(is_ready):
+                self._drain("the model is being unloaded (server shutdown or model unload); retry later")
+                return
+
+    def _still_served(self, is_ready):
+        box, done = [], threading.Event()
+
+        def check():
+            try:
+                box.append(bool(is_ready()))
+            except Exception as exc:  # noqa: BLE001 - Triton 2.51 answers "Server not ready" once its shutdown began
+                box.append("not ready" not in str(exc).lower())
+            finally:
+                done.set()
+
+        threading.Thread(target=check, name="text-generation-ready-check", daemon=True).start()
+        # A check unanswered for a while: the server is going away (live streams would wait out its exit timeout).
+        return done.wait(READY_CHECK_TIMEOUT_S) and box[0]
+
+    def _drain(self, message):
+        with self.lock:
+            streams, self.streams = dict(self.streams), {}
+        for rid, stream in streams.items():
+            self.engine.abort(rid)
+            stream.fail(message, pb_utils.TritonError.UNAVAILABLE)
+
     def finalize(self):
-        generating, queued = self.engine.load
-        pb_utils.Logger.log_info(f"text_generation: stopping the generation loop ({generating} generating, "
-                                 f"{queued} queued); {self.engine.stats.breakdown()}; stats {self.engine.stats}")
-        self.metrics.stop()
-        self.engine.stop()
+        self.stopping.set()
+        pb_utils.Logger.log_info(f"text_generation: stopping the engine ({len(self.streams)} requests in flight)")
+        self._drain("the model is being unloaded; retry later")
+        self.engine.close()
+        if self.metrics is not None:
+            metrics, self.metrics = self.metrics, None
+            metrics.stop()

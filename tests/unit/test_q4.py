@@ -154,7 +154,7 @@ def write_tiny_gguf(model, path):
 def tiny_q4(tmp_path_factory):
     from transformers import PreTrainedTokenizerFast
 
-    from hotpath.exporters.smollm2 import export_decoder, quantize_q4
+    from hotpath.exporters.onnx_decoder import export_decoder, quantize_q4
 
     folder = tmp_path_factory.mktemp("tiny_q4")
     tiny = tinyllm.build(folder / "fp32")
@@ -174,7 +174,7 @@ def _settings(tiny):
 
 
 def test_tiny_q4_graph_is_4bit_and_matches_the_reference(tiny_q4):
-    from hotpath.exporters.smollm2 import _parity, greedy_parity
+    from hotpath.exporters.onnx_decoder import _parity, greedy_parity
 
     tiny, q4_path, _, layers, hf_tok = tiny_q4
     assert layers == 2 * 7
@@ -245,7 +245,7 @@ def _corrupt(q4_path, out_path, initializer: str, row: int = 0, block: int = 1):
     ("model.layers.1.self_attn.q_proj.scales", "scales"),
 ])
 def test_a_corrupted_block_fails_with_the_layer_and_the_figure(tiny_q4, tmp_path, initializer, what):
-    from hotpath.exporters.smollm2 import _parity, reference_weights
+    from hotpath.exporters.onnx_decoder import _parity, reference_weights
 
     tiny, q4_path, _, _, hf_tok = tiny_q4
     layer = initializer.rsplit(".", 1)[0]
@@ -258,7 +258,7 @@ def test_a_corrupted_block_fails_with_the_layer_and_the_figure(tiny_q4, tmp_path
 
 
 def test_a_corrupted_gguf_block_is_refused_before_export(tiny_q4):
-    from hotpath.exporters.smollm2 import reference_weights
+    from hotpath.exporters.onnx_decoder import reference_weights
 
     tiny, _, gguf_file, _, _ = tiny_q4
     cfg = tiny.model.config
@@ -272,7 +272,7 @@ def test_a_corrupted_gguf_block_is_refused_before_export(tiny_q4):
 
 
 def test_greedy_gate_names_prompt_and_position(tiny_q4, tmp_path):
-    from hotpath.exporters.smollm2 import greedy_parity
+    from hotpath.exporters.onnx_decoder import greedy_parity
 
     tiny, q4_path, _, _, hf_tok = tiny_q4
     _corrupt(q4_path, tmp_path / "bad.onnx", "model.layers.1.mlp.down_proj.scales", block=0)
@@ -285,11 +285,20 @@ def test_greedy_gate_names_prompt_and_position(tiny_q4, tmp_path):
         greedy_parity(tiny.model, tmp_path / "bad.onnx", hf_tok, _settings(tiny), new_tokens=12)
 
 
-def test_weights_option_is_validated(tmp_path):
+def test_engine_settings_are_validated_at_build_time():
+    """text_generation's [parameters] (vLLM engine settings) fail `hotpath engines`, naming the key."""
     from hotpath.exporters.smollm2 import SmolLM2Exporter
     from hotpath.spec import spec_from_dict
 
-    spec = spec_from_dict({"backend": "python", "hotpath": {"kind": "python", "python_backend": "text_generation",
-                                                             "exporter": "smollm2", "weights": "q3"}}, "text_generation")
-    with pytest.raises(Exception, match="hotpath.weights"):
-        SmolLM2Exporter().export(spec, tmp_path, lambda m: None)
+    def spec(**params):
+        return spec_from_dict({"backend": "python", "parameters": params,
+                               "hotpath": {"kind": "python", "python_backend": "text_generation",
+                                           "exporter": "smollm2"}}, "text_generation")
+
+    assert SmolLM2Exporter().source_files(spec(dtype="float32", max_num_seqs=4))
+    for params, key in (({"dtype": "float8"}, "dtype"), ({"max_num_seqs": 0}, "max_num_seqs"),
+                        ({"kv_cache_mib": "lots"}, "kv_cache_mib"), ({"enforce_eager": "maybe"}, "enforce_eager"),
+                        ({"max_batch": 16}, "max_batch"),
+                        ({"max_tokens_limit": 4096, "max_model_len": 2048}, "max_tokens_limit")):
+        with pytest.raises(Exception, match=f"parameters.{key}"):
+            SmolLM2Exporter().source_files(spec(**params))

@@ -1,0 +1,172 @@
+"""One text_generation request's tensors (Triton's vLLM backend conventions) -> a checked request.
+
+Inputs (all [1]): text_input (STRING) or hotpath's `messages` (STRING, a JSON list of {"role": system |
+user | assistant, "content": str}, rendered with the model's chat template): exactly one of the two;
+stream, exclude_input_in_output, return_finish_reason, return_num_input_tokens, return_num_output_tokens
+(BOOL); sampling_parameters (STRING, a JSON object). Every fault is an InputError (INVALID_ARGUMENT),
+raised before anything is queued. Limits that need the prompt's tokens (max_tokens within the context)
+are checked by the engine process before it queues the request.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+TEXT_INPUTS = ("text_input", "messages", "sampling_parameters")
+BOOL_INPUTS = ("stream", "exclude_input_in_output", "return_finish_reason", "return_num_input_tokens",
+               "return_num_output_tokens")
+INPUTS = TEXT_INPUTS + BOOL_INPUTS
+ROLES = ("system", "user", "assistant")
+MAX_STOPS = 16
+MAX_STOP_CHARS = 256
+INT32_MAX = 2**31 - 1
+# key -> (types accepted, check, what the check means)
+SAMPLING = {
+    "max_tokens": ((int,), lambda v: v >= 1, "an integer >= 1"),
+    "temperature": ((int, float), lambda v: 0 <= v <= 100, "a number within 0..100 (0: greedy)"),
+    "top_p": ((int, float), lambda v: 0 < v <= 1, "a number within (0, 1]"),
+    "top_k": ((int,), lambda v: v == -1 or v >= 1, "an integer >= 1, or -1 (all tokens)"),
+    "seed": ((int,), lambda v: 0 <= v <= INT32_MAX, f"an integer within 0..{INT32_MAX}"),
+    "stop": ((str, list), lambda v: True, "a string or a list of strings"),
+}
+
+
+class InputError(ValueError):
+    """A bad request input: INVALID_ARGUMENT, with a message naming the input."""
+
+
+@dataclass
+class Request:
+    text: str | None                      # text_input, or None when messages are given
+    messages: list[dict] | None
+    sampling: dict = field(default_factory=dict)   # checked sampling_parameters (max_tokens filled in later)
+    stream: bool = False
+    exclude_input: bool = False
+    want_finish_reason: bool = False
+    want_input_tokens: bool = False
+    want_output_tokens: bool = False
+
+    def engine_message(self, request_id: str) -> dict:
+        """The JSON line the engine process gets for this request."""
+        return {"op": "add", "id": request_id, "text": self.text, "messages": self.messages,
+                "sampling": self.sampling, "prompt_text": not self.exclude_input}
+
+
+def _one_string(name: str, array) -> str:
+    if array is None:
+        raise InputError(f"{name} is missing")
+    if array.size != 1:
+        raise InputError(f"{name} must hold exactly one element, got {array.size}")
+    value = array.reshape(-1)[0]
+    if isinstance(value, str):
+        return value
+    if not isinstance(value, bytes):
+        raise InputError(f"{name} must be a string (TYPE_STRING)")
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{name} is not valid UTF-8 (byte {exc.start})") from None
+
+
+def _one_bool(name: str, array, default: bool) -> bool:
+    if array is None:
+        return default
+    if array.size != 1:
+        raise InputError(f"{name} must hold exactly one element, got {array.size}")
+    return bool(array.reshape(-1)[0])
+
+
+def parse_messages(text: str) -> list[dict]:
+    try:
+        messages = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"messages is not valid JSON ({exc.msg} at {exc.pos})") from None
+    if not isinstance(messages, list) or not messages:
+        raise InputError("messages must be a non-empty JSON list of {\"role\", \"content\"} objects")
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict) or set(m) != {"role", "content"}:
+            raise InputError(f"messages[{i}] must be an object with exactly the keys role and content")
+        if m["role"] not in ROLES:
+            raise InputError(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {m['role']!r}"[:200])
+        if not isinstance(m["content"], str):
+            raise InputError(f"messages[{i}].content must be a string")
+    if messages[-1]["role"] == "assistant":
+        raise InputError("messages must not end with an assistant turn (the model writes the next one)")
+    return messages
+
+
+def parse_sampling(text: str | None, max_tokens_limit: int) -> dict:
+    """sampling_parameters JSON -> a dict of checked values (only the keys SAMPLING knows)."""
+    if text is None or not text.strip():
+        return {}
+    try:
+        params = json.loads(text, parse_constant=lambda c: _refuse_constant(c))
+    except ValueError as exc:
+        raise InputError(f"sampling_parameters is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc})") from None
+    if not isinstance(params, dict):
+        raise InputError("sampling_parameters must be a JSON object")
+    out = {}
+    for key, value in params.items():
+        if key not in SAMPLING:
+            raise InputError(f"sampling_parameters: unknown key {key!r} (known: {', '.join(SAMPLING)})"[:300])
+        types, check, meaning = SAMPLING[key]
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, types):
+            raise InputError(f"sampling_parameters.{key} must be {meaning}, got {json.dumps(value)[:50]}")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InputError(f"sampling_parameters.{key} must be finite")
+        if not check(value):
+            raise InputError(f"sampling_parameters.{key} must be {meaning}, got {value}")
+        out[key] = value
+    if "max_tokens" in out and out["max_tokens"] > max_tokens_limit:
+        raise InputError(f"sampling_parameters.max_tokens must be within 1..{max_tokens_limit}, got {out['max_tokens']}")
+    if "stop" in out:
+        stops = [out["stop"]] if isinstance(out["stop"], str) else out["stop"]
+        if len(stops) > MAX_STOPS or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stops):
+            raise InputError(f"sampling_parameters.stop must be up to {MAX_STOPS} non-empty strings of at most "
+                             f"{MAX_STOP_CHARS} characters")
+        out["stop"] = stops
+    return out
+
+
+def _refuse_constant(name: str):
+    raise InputError(f"sampling_parameters: {name} is not a number")
+
+
+def parse_request(arrays: dict, max_tokens_limit: int, max_input_bytes: int) -> Request:
+    """A request's tensors (name -> numpy array, None when not sent) -> Request; raises InputError."""
+    text_array, messages_array = arrays.get("text_input"), arrays.get("messages")
+    if (text_array is None) == (messages_array is None):
+        raise InputError("send exactly one of text_input or messages")
+    text = messages = None
+    if text_array is not None:
+        text = _one_string("text_input", text_array)
+        if not text:
+            raise InputError("text_input is empty")
+        size = len(text.encode("utf-8"))
+    else:
+        raw = _one_string("messages", messages_array)
+        size = len(raw.encode("utf-8"))
+        if size <= max_input_bytes:
+            messages = parse_messages(raw)
+    if size > max_input_bytes:
+        raise InputError(f"{'text_input' if text is not None else 'messages'} is {size} bytes, over the "
+                         f"{max_input_bytes}-byte limit")
+    sampling_array = arrays.get("sampling_parameters")
+    sampling = parse_sampling(None if sampling_array is None else _one_string("sampling_parameters", sampling_array),
+                              max_tokens_limit)
+    request = Request(text, messages, sampling,
+                      stream=_one_bool("stream", arrays.get("stream"), False),
+                      exclude_input=_one_bool("exclude_input_in_output", arrays.get("exclude_input_in_output"), False),
+                      want_finish_reason=_one_bool("return_finish_reason", arrays.get("return_finish_reason"), False),
+                      want_input_tokens=_one_bool("return_num_input_tokens", arrays.get("return_num_input_tokens"),
+                                                  False),
+                      want_output_tokens=_one_bool("return_num_output_tokens", arrays.get("return_num_output_tokens"),
+                                                   False))
+    if request.stream and not request.exclude_input:
+        # As Triton's vLLM backend: a stream sends deltas, so it cannot start with the prompt.
+        raise InputError("streaming requires exclude_input_in_output = true")
+    return request

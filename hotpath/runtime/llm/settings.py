@@ -1,0 +1,121 @@
+"""text_generation's engine settings, read from the model config's parameters (build/text_generation.toml).
+
+Every key is checked (unknown keys, wrong types, out-of-range values are errors naming the key), at build
+time by the exporter (`hotpath engines` fails on a bad spec) and again when the model loads. Standard
+library only: this runs in the Triton stub, in the build and (as JSON) in the engine process.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+DTYPES = ("auto", "float32", "bfloat16")
+# bf16 is native where the CPU has AVX512-BF16 or AMX; elsewhere vLLM would emulate it (slower, and its
+# greedy tokens drift from fp32: issue 26, 4/8 prompts equal), so fp32 is the default there.
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+MIB = 1 << 20
+
+
+class SettingsError(ValueError):
+    """A bad parameter: `key` names it."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"parameters.{key}: {message}")
+        self.key = key
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    dtype: str = "auto"               # auto: bfloat16 where the CPU has it natively, else float32
+    max_model_len: int = 2048         # tokens per sequence, prompt + generated
+    max_num_seqs: int = 16            # sequences decoded together; beyond, requests wait in vLLM's queue
+    max_queue: int = 32               # requests waiting beyond max_num_seqs; more are refused (UNAVAILABLE)
+    kv_cache_mib: int = 1024          # KV cache space (vLLM kv_cache_memory_bytes)
+    enable_prefix_caching: bool = True
+    enforce_eager: bool = True        # no torch.compile: load ~38 s instead of 77-96 s, same speed
+    omp_threads_bind: str = "all"     # vLLM's VLLM_CPU_OMP_THREADS_BIND; "all": every CPU this process may use
+    default_max_tokens: int = 128     # when sampling_parameters has no max_tokens
+    max_tokens_limit: int = 512       # larger max_tokens are refused (INVALID_ARGUMENT)
+    max_input_bytes: int = 65536      # text_input / messages larger than this are refused before tokenizing
+    engine_python: str = ".venv-vllm/bin/python"   # the vLLM environment's interpreter (relative: to the repo)
+    ready_timeout_s: int = 600
+
+    def resolved_dtype(self, cpu_flags: set[str] | None = None) -> str:
+        if self.dtype != "auto":
+            return self.dtype
+        flags = cpu_flags if cpu_flags is not None else cpu_feature_flags()
+        return "bfloat16" if any(f in flags for f in BF16_FLAGS) else "float32"
+
+    def cpu_list(self) -> str:
+        if self.omp_threads_bind != "all":
+            return self.omp_threads_bind
+        return ",".join(str(c) for c in sorted(os.sched_getaffinity(0)))
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+FIELDS = EngineSettings.__dataclass_fields__
+# Triton's own parameters and those other hotpath parts read (not the engine's).
+IGNORED = {"EXECUTION_ENV_PATH", "restart"}
+
+
+def _parse(key: str, text: str, kind):
+    if kind is bool:
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise SettingsError(key, f"must be true or false, got {text!r}")
+        return text.lower() in ("true", "1")
+    if kind is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise SettingsError(key, f"must be an integer, got {text!r}") from None
+    return text
+
+
+def from_parameters(params: dict[str, str]) -> EngineSettings:
+    """Settings from Triton parameters (string values); raises SettingsError naming the key."""
+    values = {}
+    for key, text in params.items():
+        if key in IGNORED or key.startswith("hotpath_"):
+            continue
+        if key not in FIELDS:
+            raise SettingsError(key, f"unknown engine setting (known: {', '.join(sorted(FIELDS))})")
+        kind = {"bool": bool, "int": int, "str": str}[FIELDS[key].type]
+        values[key] = _parse(key, str(text), kind)
+    s = EngineSettings(**values)
+    if s.dtype not in DTYPES:
+        raise SettingsError("dtype", f"must be one of {', '.join(DTYPES)}, got {s.dtype!r}")
+    for key, low, high in (("max_model_len", 16, 1 << 20), ("max_num_seqs", 1, 4096), ("max_queue", 0, 1 << 16),
+                           ("kv_cache_mib", 1, 1 << 20), ("default_max_tokens", 1, 1 << 20),
+                           ("max_tokens_limit", 1, 1 << 20), ("max_input_bytes", 1, 1 << 26),
+                           ("ready_timeout_s", 1, 3600)):
+        if not low <= getattr(s, key) <= high:
+            raise SettingsError(key, f"must be within {low}..{high}, got {getattr(s, key)}")
+    if s.default_max_tokens > s.max_tokens_limit:
+        raise SettingsError("default_max_tokens", f"exceeds max_tokens_limit ({s.max_tokens_limit})")
+    if s.max_tokens_limit >= s.max_model_len:
+        raise SettingsError("max_tokens_limit", f"must leave room for a prompt within max_model_len ({s.max_model_len})")
+    if s.omp_threads_bind != "all" and not all(p.replace("-", "").isdigit() for p in s.omp_threads_bind.split(",")):
+        raise SettingsError("omp_threads_bind", f"'all' or a CPU list like 0-1 or 0,2, got {s.omp_threads_bind!r}")
+    return s
+
+
+def engine_python(settings: EngineSettings, root: Path) -> Path:
+    """The vLLM environment's interpreter: HOTPATH_VLLM_PYTHON, else the setting (relative to `root`)."""
+    path = Path(os.environ.get("HOTPATH_VLLM_PYTHON") or settings.engine_python)
+    return path if path.is_absolute() else root / path
+
+
+def cpu_feature_flags() -> set[str]:
+    """The CPU's feature flags (/proc/cpuinfo), empty where unknown."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
