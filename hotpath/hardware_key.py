@@ -3,7 +3,7 @@
 Tuned values fit the host they were measured on: CPU model, the vector/matrix features ONNX Runtime
 picks kernels by (AVX2, AVX-512, AVX-512 BF16, AMX), the cores this process may use, and the GPU.
 Two hosts with the same key are taken to want the same tuned values; any difference makes a tuned
-result foreign (hotpath.perf.tune.tuned_values).
+result foreign (hotpath.tuned_values).
 """
 
 from __future__ import annotations

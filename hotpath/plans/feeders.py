@@ -4,7 +4,7 @@ A TensorRT profile refuses shapes outside [min, max] at run time, on GPU hosts o
 takes any length), so `[hotpath.tensorrt] sequence_length` is checked at build time against every
 ensemble step that feeds the model from a tokenizer: one whose config has `max_length` (truncation)
 or `pad_to_multiple_of` (0 or absent: no rounding, so one token is possible) in its parameters.
-The tuner may rewrite `pad_to_multiple_of` (hotpath.perf.tune.knobs); `hotpath engines` then re-checks.
+The tuner may rewrite `pad_to_multiple_of` (hotpath.knobs); `hotpath engines` then re-checks.
 """
 
 from __future__ import annotations

@@ -5,9 +5,9 @@ import json
 import pytest
 import tritonclient.grpc as grpcclient
 
+from hotpath.knobs import read_knobs
 from hotpath.perf.measure.perf_analyzer import Measurement
 from hotpath.perf.measure.reconfigure import served_config
-from hotpath.perf.tune.knobs import read_knobs
 from hotpath.perf.tune.run import run_tune
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton

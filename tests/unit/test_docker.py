@@ -47,17 +47,15 @@ def test_image_copies_only_the_runtime_and_the_checker_and_they_import_alone(tmp
     copies = re.findall(r"^COPY (hotpath\S*(?: hotpath\S*)*) (\S+)$", DOCKERFILE.read_text(), re.M)
     sources = [src for group, _ in copies for src in group.split()]
     assert sorted(sources) == ["hotpath/__init__.py", "hotpath/config.py", "hotpath/errors.py",
-                               "hotpath/hardware_key.py", "hotpath/health",
-                               "hotpath/logs.py", "hotpath/paths.py", "hotpath/perf/__init__.py",
-                               "hotpath/perf/tune/__init__.py", "hotpath/perf/tune/at_start.py",
-                               "hotpath/perf/tune/knobs.py", "hotpath/perf/tune/tuned_values.py",
+                               "hotpath/hardware_key.py", "hotpath/health", "hotpath/knobs.py",
+                               "hotpath/logs.py", "hotpath/paths.py",
                                "hotpath/preflight.py", "hotpath/repository.py",
                                "hotpath/retrieval", "hotpath/runtime", "hotpath/server/__init__.py",
                                "hotpath/server/admin.py", "hotpath/server/command.py",
                                "hotpath/server/model_control.py", "hotpath/server/stubs.py",
                                "hotpath/server/supervise.py", "hotpath/server/tracing.py",
-                               "hotpath/server/watchdog.py", "hotpath/settings.py", "hotpath/spec.py",
-                               "hotpath/tensorrt"]
+                               "hotpath/server/watchdog.py", "hotpath/settings.py", "hotpath/spec.py", "hotpath/start_tune.py",
+                               "hotpath/tensorrt", "hotpath/tuned_values.py"]
     for src in sources:
         dest = tmp_path / src
         if (paths.ROOT / src).is_dir():
@@ -70,7 +68,7 @@ def test_image_copies_only_the_runtime_and_the_checker_and_they_import_alone(tmp
                # the retrieval model's store (faiss itself is imported when a store opens)
                "hotpath.retrieval.open", "hotpath.retrieval.hnsw_store", "hotpath.retrieval.requests",
                # per-host tuned values at start (docker/entrypoint.sh)
-               "hotpath.perf.tune.at_start", "hotpath.perf.tune.tuned_values"] + [
+               "hotpath.start_tune", "hotpath.tuned_values"] + [
         f"hotpath.runtime.{p.stem}" for p in (tmp_path / "hotpath" / "runtime").glob("*.py") if p.stem != "__init__"]
     # PYTHONPATH comes before the editable install, so the copied tree is the hotpath imported.
     probe = ("import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]; "

@@ -8,7 +8,7 @@ import tomlkit
 
 from hotpath import paths
 from hotpath.errors import SpecError
-from hotpath.perf.tune.knobs import KNOBS, QueueDelay, apply_knobs, knob, knobs_for, read_knobs, write_knobs
+from hotpath.knobs import KNOBS, QueueDelay, apply_knobs, knob, knobs_for, read_knobs, write_knobs
 from hotpath.perf.tune.spec_writer import write_back
 from hotpath.repository import read_config
 

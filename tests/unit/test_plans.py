@@ -14,7 +14,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath import paths
 from hotpath.errors import SpecError
-from hotpath.perf.tune.knobs import knob
+from hotpath.knobs import knob
 from hotpath.plans import calibration, parity
 from hotpath.plans.options import recipe_for, tensorrt_options
 from hotpath.plans.plan_config import plan_config

@@ -4,13 +4,12 @@ import json
 
 import pytest
 
-from hotpath import paths
+from hotpath import paths, tuned_values
 from hotpath.hardware_key import FEATURES, HardwareKey, parse_cpuinfo
-from hotpath.perf.tune import tuned_values
 from hotpath.perf.tune.quick import overrides
-from hotpath.perf.tune.tuned_values import TunedValues, judge, load
 from hotpath.repository import read_config
 from hotpath.server.staging import stage_repository
+from hotpath.tuned_values import TunedValues, judge, load
 
 CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -113,7 +112,7 @@ def test_spin_settings(us, expected):
 
 
 def test_start_tune_keeps_the_committed_layout_within_noise():
-    from hotpath.perf.tune.at_start import choose
+    from hotpath.start_tune import choose
 
     committed = (2, 0)
     assert choose({(1, 0): 10.0, (2, 0): 10.3}, committed) == committed     # 3% slower: noise, kept

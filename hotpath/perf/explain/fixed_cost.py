@@ -164,7 +164,3 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.report).write_text("\n".join(out) + "\n")
     print(f"[fixed_cost] report: {args.report}")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -21,10 +21,10 @@ import tritonclient.grpc as grpcclient
 from hotpath import paths
 from hotpath.errors import HotpathError
 from hotpath.hardware_key import HardwareKey
+from hotpath.knobs import apply_knobs
 from hotpath.perf.measure.perf_analyzer import Measurement
 from hotpath.perf.measure.point import measure, response_cache_off
 from hotpath.perf.measure.reconfigure import load_config, served_config
-from hotpath.perf.tune.knobs import apply_knobs
 from hotpath.samples import ensure_input
 from hotpath.slo import load_slos
 
@@ -118,7 +118,3 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.report).write_text("\n".join(out) + "\n")
     print("\n".join(out))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

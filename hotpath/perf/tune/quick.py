@@ -3,7 +3,7 @@
 The same search as `hotpath tune` (hotpath.perf.tune.hill_climb) on a shorter budget: a few trials, short
 windows, concurrency 1 and the SLO's declared load only. The winner is not written into the committed
 specs: the knob values that differ from them go into this host's tuned-values file with its hardware
-key (hotpath.perf.tune.tuned_values), which every server staged on this host then applies.
+key (hotpath.tuned_values), which every server staged on this host then applies.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from pathlib import Path
 
 from hotpath import paths
 from hotpath.hardware_key import HardwareKey
+from hotpath.knobs import read_knobs
 from hotpath.perf.measure.perf_analyzer import Measurement
 from hotpath.perf.tune.hill_climb import Objective
-from hotpath.perf.tune.knobs import read_knobs
 from hotpath.perf.tune.run import run_tune
-from hotpath.perf.tune.tuned_values import TunedValues, load, stamp
 from hotpath.repository import read_config
 from hotpath.slo import Slo
+from hotpath.tuned_values import TunedValues, load, stamp
 
 logger = logging.getLogger(__name__)
 

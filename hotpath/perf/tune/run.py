@@ -17,13 +17,13 @@ from tritonclient.utils import InferenceServerException
 
 from hotpath import paths
 from hotpath.errors import HotpathError
+from hotpath.knobs import apply_knobs, read_knobs
 from hotpath.perf.measure import perf_analyzer as analyzer
 from hotpath.perf.measure.perf_analyzer import Measurement
 from hotpath.perf.measure.point import endpoint_steps, measure, response_cache_off
 from hotpath.perf.measure.reconfigure import load_config, served_config
 from hotpath.perf.registry import get_endpoint
 from hotpath.perf.tune.hill_climb import Objective, Point, Trial, tune
-from hotpath.perf.tune.knobs import apply_knobs, read_knobs
 from hotpath.perf.tune.report import Rival, write_summary
 from hotpath.perf.tune.search_space import SearchSpace, State
 from hotpath.perf.tune.spec_writer import write_back

@@ -16,8 +16,7 @@ from typing import Any
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from hotpath.perf.measure.server_stats import step_cost
-from hotpath.perf.tune.knobs import (
+from hotpath.knobs import (
     InstanceCount,
     IntraOpThreads,
     Knob,
@@ -26,6 +25,7 @@ from hotpath.perf.tune.knobs import (
     knobs_for,
     read_knobs,
 )
+from hotpath.perf.measure.server_stats import step_cost
 
 State = dict[str, dict[str, Any]]          # model -> knob name -> value
 

@@ -10,7 +10,7 @@ import tomlkit
 
 from hotpath import paths
 from hotpath.config import validate
-from hotpath.perf.tune.knobs import write_knobs
+from hotpath.knobs import write_knobs
 from hotpath.spec import spec_from_dict
 
 

@@ -108,7 +108,7 @@ def for_this_host(path: Path | None = None, log=logger.info, here: HardwareKey |
 
 def with_tuned(config, knobs: dict[str, Any], log=logger.info):
     """A copy of a ModelConfig with `knobs` applied (names that are not knobs of this model are logged, skipped)."""
-    from hotpath.perf.tune.knobs import BY_NAME, apply_knobs
+    from hotpath.knobs import BY_NAME, apply_knobs
 
     usable = {k: v for k, v in knobs.items() if k in BY_NAME and BY_NAME[k].applies(config)}
     if usable != knobs:
@@ -160,7 +160,7 @@ def stamp() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python3 -m hotpath.perf.tune.tuned_values --served DIR --file F`: the container's check and apply."""
+    """`python3 -m hotpath.tuned_values --served DIR --file F`: the container's check and apply."""
     import argparse
 
     p = argparse.ArgumentParser(description=main.__doc__)

@@ -60,7 +60,7 @@ def _put(table, key: str, value: Any, label: str) -> str | None:
 
 
 def _table(doc, key: str):
-    import tomlkit  # here: the container applies knobs (hotpath.perf.tune.tuned_values) without tomlkit
+    import tomlkit  # here: the container applies knobs (hotpath.tuned_values) without tomlkit
 
     return doc.setdefault(key, tomlkit.table())
 

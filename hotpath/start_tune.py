@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from hotpath.hardware_key import HardwareKey
-from hotpath.perf.tune.tuned_values import TunedValues, default_path, load, stamp
+from hotpath.tuned_values import TunedValues, default_path, load, stamp
 
 logger = logging.getLogger(__name__)
 MODEL = "sentence_embedder"
