@@ -15,6 +15,7 @@ the `token` argument, else $HOTPATH_TOKEN.
 
 from __future__ import annotations
 
+import json
 import queue
 import random
 import re
@@ -344,23 +345,21 @@ class RetrievalClient(EndpointClient):
 
 @dataclass
 class TokenDelta:
-    """One streamed token: the text it completes (may be empty mid-character) and when it arrived."""
+    """One streamed response: the text it adds (a token's text, mostly) and when it arrived."""
 
     text: str
-    token_id: int
     at_s: float  # seconds since the request was sent
 
 
 @dataclass
 class Generation:
-    """A finished generation: the whole text, why it ended, token counts and per-token arrival times."""
+    """A finished generation: the whole text, why it ended, token counts and per-response arrival times."""
 
     text: str
     finish_reason: str
     prompt_tokens: int
     completion_tokens: int
-    token_ids: list[int] = field(default_factory=list)
-    token_times_s: list[float] = field(default_factory=list)  # arrival of each token, since the send
+    token_times_s: list[float] = field(default_factory=list)  # arrival of each streamed delta, since the send
     total_s: float = 0.0
 
     @property
@@ -374,23 +373,64 @@ def _tensor(name: str, data: np.ndarray, dtype: str) -> grpcclient.InferInput:
     return t
 
 
-def generation_inputs(prompt: str | bytes, max_tokens: int | None = None, temperature: float | None = None,
-                      top_p: float | None = None, seed: int | None = None,
-                      stop: Sequence[str] | None = None,
-                      history: Sequence[str] | None = None) -> list[grpcclient.InferInput]:
-    """The text_generation endpoint's inputs; optional ones are sent only when given. `history`: the
-    chat's earlier turns (user, assistant, ...), so the server renders and caches the conversation."""
-    inputs = [_tensor("PROMPT", np.array([_utf8("PROMPT", prompt)], dtype=np.object_), "BYTES")]
-    for name, value, np_type, dtype in (("MAX_TOKENS", max_tokens, np.int64, "INT64"),
-                                        ("TEMPERATURE", temperature, np.float32, "FP32"),
-                                        ("TOP_P", top_p, np.float32, "FP32"), ("SEED", seed, np.int64, "INT64")):
-        if value is not None:
-            inputs.append(_tensor(name, _scalar(name, value, np_type), dtype))
-    for name, texts in (("STOP", stop), ("HISTORY", history)):
-        if texts:
-            data = np.array([_utf8(f"{name}[{i}]", t) for i, t in enumerate(texts)], dtype=np.object_)
-            inputs.append(_tensor(name, data, "BYTES"))
+def chat_messages(prompt: str | bytes, history: Sequence[str] | None = None, system: str | None = None) -> list[dict]:
+    """The chat as text_generation's `messages`: an optional system turn, earlier turns (user, assistant,
+    user, ... alternating), then `prompt` as the user's turn."""
+    turns = [{"role": "system", "content": system}] if system is not None else []
+    for i, text in enumerate(history or ()):
+        turns.append({"role": ("user", "assistant")[i % 2], "content": _text(f"history[{i}]", text)})
+    turns.append({"role": "user", "content": _text("prompt", prompt)})
+    return turns
+
+
+def sampling_parameters(max_tokens: int | None = None, temperature: float | None = None, top_p: float | None = None,
+                        top_k: int | None = None, seed: int | None = None,
+                        stop: str | Sequence[str] | None = None) -> dict:
+    """text_generation's sampling_parameters (JSON object): only what is given."""
+    values = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed,
+              "stop": stop if stop is None or isinstance(stop, str) else list(stop)}
+    return {k: v for k, v in values.items() if v is not None and v != []}
+
+
+def generation_inputs(prompt: str | bytes | None = None, max_tokens: int | None = None,
+                      temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
+                      seed: int | None = None, stop: str | Sequence[str] | None = None,
+                      history: Sequence[str] | None = None, system: str | None = None,
+                      messages: Sequence[dict] | None = None, raw: bool = False,
+                      stream: bool = True) -> list[grpcclient.InferInput]:
+    """text_generation's inputs (Triton's vLLM-backend tensors). By default the prompt is the user's turn of
+    a chat (`messages`, after `history` and `system`), rendered with the model's chat template on the
+    server; `messages` sends a whole conversation as is; `raw` sends the prompt as text_input (no
+    template). Streaming asks for a response per delta; every request asks for the finish reason and
+    token counts."""
+    if messages is not None:
+        chat = [{"role": m["role"], "content": _text(f"messages[{i}].content", m["content"])}
+                for i, m in enumerate(messages)]
+        inputs = [_string_tensor("messages", json.dumps(chat, ensure_ascii=False).encode("utf-8"))]
+    elif raw:
+        inputs = [_string_tensor("text_input", _utf8("text_input", prompt))]
+    else:
+        chat = chat_messages(prompt, history, system)
+        inputs = [_string_tensor("messages", json.dumps(chat, ensure_ascii=False).encode("utf-8"))]
+    params = sampling_parameters(max_tokens, temperature, top_p, top_k, seed, stop)
+    if params:
+        inputs.append(_string_tensor("sampling_parameters", json.dumps(params).encode("utf-8")))
+    for name, value in (("stream", stream), ("exclude_input_in_output", True), ("return_finish_reason", True),
+                        ("return_num_input_tokens", True), ("return_num_output_tokens", True)):
+        inputs.append(_tensor(name, np.array([value], dtype=bool), "BOOL"))
     return inputs
+
+
+def _string_tensor(name: str, data: bytes) -> grpcclient.InferInput:
+    return _tensor(name, np.array([data], dtype=np.object_), "BYTES")
+
+
+def _text(name: str, text: str | bytes) -> str:
+    """A text field of the messages JSON: str, or UTF-8 bytes (refused otherwise, as the server would)."""
+    try:
+        return _utf8(name, text).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidInputError(f"{name} is not valid UTF-8 (byte {exc.start})", "INVALID_ARGUMENT") from None
 
 
 def _utf8(name: str, text: str | bytes) -> bytes:
@@ -403,18 +443,6 @@ def _utf8(name: str, text: str | bytes) -> bytes:
     except UnicodeEncodeError as exc:
         raise InvalidInputError(f"{name} is not valid UTF-8 text (undecodable character "
                                 f"{text[exc.start]!r} at {exc.start})", "INVALID_ARGUMENT") from None
-
-
-def _scalar(name: str, value, np_type) -> np.ndarray:
-    """A one-element tensor of `np_type`, refused when the value does not fit it (never wrapped)."""
-    if np.issubdtype(np_type, np.integer):
-        if isinstance(value, bool) or int(value) != value:
-            raise InvalidInputError(f"{name} must be an integer, got {value!r}", "INVALID_ARGUMENT")
-        info = np.iinfo(np_type)
-        if not info.min <= int(value) <= info.max:
-            raise InvalidInputError(f"{name} {value} does not fit {np.dtype(np_type).name}", "INVALID_ARGUMENT")
-        return np.array([int(value)], dtype=np_type)
-    return np.array([value], dtype=np_type)
 
 
 class GenerationClient:
@@ -468,8 +496,10 @@ class GenerationClient:
         """Close the stream, cancelling the request in flight on the server."""
         self._end_stream(cancel=True)
 
-    def stream(self, prompt: str | bytes, **params) -> Iterator[TokenDelta | Generation]:
-        """Yield TokenDelta per token, then the Generation; raises ClientError on a server error."""
+    def stream(self, prompt: str | bytes | None = None, **params) -> Iterator[TokenDelta | Generation]:
+        """Yield a TokenDelta per streamed delta, then the Generation; raises ClientError on a server error.
+        Parameters: those of `generation_inputs` (max_tokens, temperature, top_p, top_k, seed, stop, history,
+        system, messages, raw)."""
         attempt = 1
         while True:
             started = False
@@ -484,7 +514,7 @@ class GenerationClient:
                 self.retry.wait_or_raise(error, attempt)
             attempt += 1
 
-    def _stream_once(self, prompt: str | bytes, **params) -> Iterator[TokenDelta | Generation]:
+    def _stream_once(self, prompt: str | bytes | None, **params) -> Iterator[TokenDelta | Generation]:
         inputs = generation_inputs(prompt, **params)   # a bad input fails before any stream opens
         where = f"{self.model} at {self.url}"
         self._open()
@@ -500,7 +530,7 @@ class GenerationClient:
                 except queue.Empty:
                     error = exc
                 raise client_error(where, error) from None
-            text, ids, times = [], [], []
+            text, times = [], []
             while True:
                 try:
                     at, result, error = self._responses.get(timeout=self.timeout_s)
@@ -511,29 +541,27 @@ class GenerationClient:
                     finished = True
                     self._end_stream(cancel=False)
                     raise client_error(where, error)
-                delta = result.as_numpy("TEXT_DELTA")[0].decode("utf-8")
-                reason = result.as_numpy("FINISH_REASON")
-                if reason is None:
-                    token = int(result.as_numpy("TOKEN_ID")[0])
+                output = result.as_numpy("text_output")
+                delta = output.reshape(-1)[0].decode("utf-8") if output is not None and output.size else ""
+                reason = result.as_numpy("finish_reason")
+                if delta:
                     text.append(delta)
-                    ids.append(token)
                     times.append(at - sent)
-                    yield TokenDelta(delta, token, at - sent)
+                    yield TokenDelta(delta, at - sent)
+                if reason is None:
                     continue
                 finished = True
                 self._end_stream(cancel=False)   # the request is complete: nothing to cancel
-                text.append(delta)
-                if delta:
-                    yield TokenDelta(delta, -1, at - sent)
-                yield Generation("".join(text), reason[0].decode("utf-8"), int(result.as_numpy("PROMPT_TOKENS")[0]),
-                                 int(result.as_numpy("COMPLETION_TOKENS")[0]), ids, times, at - sent)
+                yield Generation("".join(text), reason.reshape(-1)[0].decode("utf-8"),
+                                 int(result.as_numpy("num_input_tokens").reshape(-1)[0]),
+                                 int(result.as_numpy("num_output_tokens").reshape(-1)[0]), times, at - sent)
                 return
         finally:
             if not finished:  # an error, or abandoned mid-stream: cancel whatever the server still runs
                 self.cancel()
 
-    def generate(self, prompt: str | bytes, **params) -> Generation:
-        """The finished Generation (see `stream` for parameters: max_tokens, temperature, top_p, seed, stop)."""
+    def generate(self, prompt: str | bytes | None = None, **params) -> Generation:
+        """The finished Generation (see `stream` for parameters)."""
         for event in self.stream(prompt, **params):
             if isinstance(event, Generation):
                 return event

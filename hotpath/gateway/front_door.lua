@@ -63,7 +63,12 @@ local function grpc_message(message)
   end))
 end
 
+local openai_refuse   -- the OpenAI door's answers (below, with M.openai)
+
 local function refuse(protocol, code, message, retry_after)
+  if protocol == "openai" then
+    return openai_refuse(code, message, retry_after)
+  end
   if protocol == "charge" then   -- the stream admission's question: the answer is the body
     ngx.status = 200
     ngx.print(cjson.encode({ code = code, message = message, retry_after = retry_after }))
@@ -188,13 +193,18 @@ function M.count(protocol)
   limit(protocol, ngx.var[cfg.tenant_variable], 0)
 end
 
--- Tokens a generation request may produce: its max-tokens input, else the model's default.
+-- Tokens a generation request may produce: max_tokens of its sampling_parameters (a JSON text), else the
+-- model's default.
 local function requested_tokens(model, value)
   if not model.decoupled then
     return 0
   end
   if type(value) == "table" then
     value = value[1]
+  end
+  if type(value) == "string" then
+    local params = json.decode(value)
+    value = type(params) == "table" and params.max_tokens or nil
   end
   if type(value) == "number" and value >= 1 then
     return math.floor(value)
@@ -795,6 +805,69 @@ function M.http_generate(name)
     return refuse("http", "INVALID_ARGUMENT", "gateway: the body holds a value JSON cannot carry")
   end
   ngx.req.set_body_data(text)
+end
+
+-- The OpenAI-compatible API's door (hotpath.gateway.openai_door): the tenant's token is the API key; the
+-- same budget, fair shares and body bound as the Triton doors. The API itself validates the body strictly;
+-- here only what the budget needs is read: the model (a name the API serves, else 404), the items of an
+-- embeddings call (its work) and the tokens a generation may produce. Refusals in the OpenAI shape; the
+-- overload answers are 429 with Retry-After, as OpenAI clients retry them.
+local OPENAI_STATUS = { INVALID_ARGUMENT = 400, NOT_FOUND = 404, RESOURCE_EXHAUSTED = 429, UNAVAILABLE = 429,
+                        UNAUTHENTICATED = 401 }
+local OPENAI_TYPE = { [400] = "invalid_request_error", [401] = "authentication_error", [404] = "invalid_request_error",
+                      [429] = "rate_limit_error" }
+
+openai_refuse = function(code, message, retry_after, param)
+  local status = OPENAI_STATUS[code] or 503
+  if code == "UNAVAILABLE" and not retry_after then
+    status = 503
+  end
+  ngx.status = status
+  ngx.header["content-type"] = "application/json"
+  if retry_after then
+    ngx.header["retry-after"] = retry_after
+  end
+  ngx.print(cjson.encode({ error = { message = message, type = OPENAI_TYPE[status] or "server_error",
+                                     param = param or cjson.null, code = code:lower() } }))
+  return ngx.exit(status)
+end
+
+local function openai_tokens(doc, served)
+  local value = doc.max_completion_tokens
+  if value == nil then
+    value = doc.max_tokens
+  end
+  if type(value) == "number" and value >= 1 then
+    return math.floor(value)
+  end
+  return served.default_max_tokens
+end
+
+function M.openai(kind)
+  at_capacity("openai")
+  local encoding = ngx.var.http_content_encoding
+  if encoding and encoding:lower() ~= "identity" then
+    return openai_refuse("INVALID_ARGUMENT", "gateway: send the body uncompressed")
+  end
+  local doc, err = json.decode(body() or "")
+  if not is_object(doc) then
+    return openai_refuse("INVALID_ARGUMENT", "gateway: the body must be a JSON object (" ..
+      tostring(err or "not an object"):sub(1, 120) .. "; nesting is limited to " .. cfg.max_json_depth .. " levels)")
+  end
+  local served = type(doc.model) == "string" and cfg.openai.models[doc.model]
+  if not served or served.kind ~= kind then
+    return openai_refuse("NOT_FOUND", "gateway: the model '" .. tostring(doc.model):sub(1, 128) ..
+      "' is not served here (GET /v1/models lists them)", nil, "model")
+  end
+  local work, tokens = 1, 0
+  if kind == "embedding" and type(doc.input) == "table" then
+    work = math.max(1, #doc.input)
+  elseif kind == "generation" then
+    tokens = openai_tokens(doc, served)
+  end
+  local tenant = ngx.var[cfg.tenant_variable]
+  limit("openai", tenant, tokens)
+  return admit("openai", tenant, work)
 end
 
 -- The exact cache's filters (exact_cache.lua) and the status server's answers.

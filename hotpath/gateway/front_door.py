@@ -51,9 +51,10 @@ CONFIG_FILE = "front_door.json"           # beside nginx.conf
 CHARGE_SOCKET = "charge.sock"             # beside nginx.conf: the stream admission asks /charge there
 ADMITTED_VARIABLE = "hotpath_admitted"   # "tenant work" of an admitted call, released in the log phase
 STREAM_TENANT_HEADER = "x-hotpath-tenant"   # set by NGINX on streams it passes to the stream admission
-# text_generation's spec: the input that bounds the tokens a request generates, and the parameter giving
-# its default; a generation request is charged that many tokens against its tenant's tokens per minute.
-MAX_TOKENS_INPUT = "MAX_TOKENS"
+# text_generation's spec: the input whose JSON max_tokens bounds the tokens a request generates (Triton's
+# vLLM-backend sampling_parameters), and the parameter giving its default; a generation request is charged
+# that many tokens against its tenant's tokens per minute.
+MAX_TOKENS_INPUT = "sampling_parameters"
 DEFAULT_MAX_TOKENS_PARAMETER = "default_max_tokens"
 # Triton 2.51's JSON parser segfaults on bodies nested ~100,000 deep (../shared/RUNTIME_NOTES.md); a
 # KServe request needs a handful of levels (body, inputs, tensor, nested data of rank <= 8).

@@ -11,7 +11,7 @@
   cap 8 23.8 ms, for a 25 ms target.
 - Streams (gRPC ModelStreamInfer, HTTP generate/generate_stream) last seconds, not milliseconds: they
   have their own cap per replica, the sequences a decoupled model decodes at once without queueing
-  (its `max_batch` slots x instances), so that long generations never take the slots of short calls.
+  (its `max_num_seqs` sequences x instances), so that long generations never take the slots of short calls.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from hotpath.spec import load_specs
 
 ITEM_BYTE_PARAMETERS = ("max_bytes", "max_text_bytes")   # per-item byte limits of the Python steps
 BODY_OVERHEAD_BYTES = 1 << 20   # protobuf/JSON framing, the other inputs, a batch of small items
-STREAM_SLOTS_PARAMETER = "max_batch"   # sequences a decoupled step decodes together (text_generation's KV slots)
+STREAM_SLOTS_PARAMETER = "max_num_seqs"   # sequences a decoupled model decodes together (text_generation: vLLM's)
 
 
 def max_body_bytes(spec_dir: Path | None = None) -> int:

@@ -34,29 +34,29 @@ METHOD = "/inference.GRPCInferenceService/ModelStreamInfer"
 GRPC_ERROR_HEADER = "triton_grpc_error"   # crashed tritonserver 2.51 (SIGSEGV): never passed on
 _HOP_HEADERS = {STREAM_TENANT_HEADER, GRPC_ERROR_HEADER, "authorization", "content-type", "te", "user-agent", "grpc-accept-encoding",
                 "grpc-encoding", "grpc-timeout"}
-_INTEGER_CONTENTS = ("int_contents", "int64_contents", "uint_contents", "uint64_contents")
 MAX_DIM = 2**31 - 1
 CHARGE_TIMEOUT_S = 5.0
 OUT_QUEUE = 64   # responses buffered per stream before the relay stops reading from the replica
-_RAW_INTEGERS = {"INT32": "<i4", "INT64": "<i8", "UINT32": "<u4", "UINT64": "<u8"}
 
 
 def requested_tokens(request: service_pb2.ModelInferRequest) -> int:
-    """The MAX_TOKENS a generation request asks for (0 when absent or unreadable: front_door.lua then
-    charges the model's default; a malformed value is the model's to refuse)."""
+    """max_tokens of a generation request's sampling_parameters (a JSON text; 0 when absent or unreadable:
+    front_door.lua then charges the model's default; a malformed value is the model's to refuse)."""
     for index, tensor in enumerate(request.inputs):
         if tensor.name != MAX_TOKENS_INPUT:
             continue
-        for field in _INTEGER_CONTENTS:
-            values = getattr(tensor.contents, field)
-            if values:
-                return max(0, int(values[0]))
-        dtype = _RAW_INTEGERS.get(tensor.datatype)
-        if dtype and index < len(request.raw_input_contents):
-            raw = request.raw_input_contents[index]
-            size = int(dtype[-1])
-            if len(raw) >= size:
-                return max(0, int.from_bytes(raw[:size], "little", signed=dtype[1] == "i"))
+        if tensor.contents.bytes_contents:
+            text = tensor.contents.bytes_contents[0]
+        elif index < len(request.raw_input_contents) and len(request.raw_input_contents[index]) >= 4:
+            raw = request.raw_input_contents[index]   # a serialized BYTES tensor: 4-byte length, then the bytes
+            text = raw[4:4 + int.from_bytes(raw[:4], "little")]
+        else:
+            return 0
+        try:
+            value = json.loads(text).get("max_tokens")
+        except (ValueError, AttributeError):
+            return 0
+        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
     return 0
 
 

@@ -65,12 +65,14 @@ def _png(seed: int) -> bytes:
 
 def _value(config: mc.ModelConfig, tensor: mc.ModelInput, seed: int):
     """The probe's value for one input, or None to leave an optional input out."""
-    if tensor.data_type == mc.TYPE_STRING and not tensor.optional:
+    # text_generation (Triton's vLLM-backend tensors): its optional text_input, and one token, which proves
+    # the whole engine.
+    if tensor.data_type == mc.TYPE_STRING and (not tensor.optional or tensor.name == "text_input"):
         if tensor.name == "IMAGE":
             return _png(seed)
         return f"hotpath liveness probe {os.getpid()}-{seed}-{time.time_ns()}".encode()
-    if tensor.name == "MAX_TOKENS":  # a generation endpoint: one token proves the whole loop
-        return 1
+    if tensor.name == "sampling_parameters":
+        return b'{"max_tokens": 1}'
     if tensor.optional:
         return None
     if tensor.data_type in (mc.TYPE_FP16, mc.TYPE_FP32, mc.TYPE_FP64):

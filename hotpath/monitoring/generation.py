@@ -2,7 +2,7 @@
 
 Triton's own request metrics time a decoupled request as a whole, which says little about a chat
 reply: operators watch time to first token and time between tokens. The text_generation model
-publishes those as histograms, with its KV pool and prefix cache (hotpath.runtime.generation.metrics).
+publishes those as histograms, with its KV pool and prefix cache (hotpath.runtime.llm.metrics: vLLM's own statistics).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from hotpath.monitoring import promql as q
 from hotpath.monitoring.dashboard import WHERE, WINDOW, Panel, _panel_json, dashboard
 from hotpath.monitoring.rules import Alert
 from hotpath.repository import Endpoint
-from hotpath.runtime.generation.metrics import PREFIX
+from hotpath.runtime.llm.metrics import PREFIX
 
 PREEMPTIONS_PER_S_MAX = 0.1   # sustained preemption: the KV budget is too small for the load
 

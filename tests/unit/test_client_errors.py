@@ -103,7 +103,7 @@ def test_generation_retries_like_every_client_but_never_after_the_first_token(mo
 
     client = GenerationClient("127.0.0.1:1", retry=RetryPolicy(attempts=3, initial_backoff_s=0.001))
     calls = []
-    done = Generation("hi", "stop", 1, 1, [5], [0.01], 0.01)
+    done = Generation("hi", "stop", 1, 1, [0.01], 0.01)
 
     def unavailable_twice(prompt, **params):
         calls.append(prompt)
@@ -118,7 +118,7 @@ def test_generation_retries_like_every_client_but_never_after_the_first_token(mo
 
     def broken_after_a_token(prompt, **params):
         calls.append(prompt)
-        yield TokenDelta("h", 5, 0.01)
+        yield TokenDelta("h", 0.01)
         raise ServerUnavailableError("text_generation: stream broke", "StatusCode.UNAVAILABLE")
 
     monkeypatch.setattr(client, "_stream_once", broken_after_a_token)
@@ -157,23 +157,31 @@ def test_stream_errors_are_classed_by_the_status_in_their_message(message, kind)
                                ClientError: 1}[kind]
 
 
-def test_generation_inputs_keep_full_width_and_refuse_what_does_not_fit():
+def test_generation_inputs_follow_the_vllm_backend_and_refuse_what_is_not_utf8():
+    import json
+
     import numpy as np
 
     from hotpath.client import generation_inputs
 
-    inputs = {i.name(): i for i in generation_inputs("hi", max_tokens=2**32 + 4, seed=7)}
-    assert inputs["MAX_TOKENS"].datatype() == "INT64"
-    assert np.frombuffer(inputs["MAX_TOKENS"]._get_content(), np.int64).tolist() == [2**32 + 4]   # not 4
-    with pytest.raises(InvalidInputError, match="MAX_TOKENS"):
-        generation_inputs("hi", max_tokens=2**63)
-    with pytest.raises(InvalidInputError, match="MAX_TOKENS must be an integer"):
-        generation_inputs("hi", max_tokens=2.5)
-    with pytest.raises(InvalidInputError, match="PROMPT is not valid UTF-8"):
+    inputs = {i.name(): i for i in generation_inputs("hi", max_tokens=2**32 + 4, seed=7, stop="x",
+                                                      history=["a", "b"], system="be brief")}
+    params = json.loads(inputs["sampling_parameters"]._get_content()[4:])
+    assert params == {"max_tokens": 2**32 + 4, "seed": 7, "stop": "x"}   # JSON: whole, never wrapped
+    chat = json.loads(inputs["messages"]._get_content()[4:])
+    assert [m["role"] for m in chat] == ["system", "user", "assistant", "user"] and chat[-1]["content"] == "hi"
+    for name in ("stream", "exclude_input_in_output", "return_finish_reason", "return_num_input_tokens",
+                 "return_num_output_tokens"):
+        assert inputs[name].datatype() == "BOOL" and np.frombuffer(inputs[name]._get_content(), bool).tolist() == [True]
+    assert "text_input" not in inputs
+    raw = {i.name(): i for i in generation_inputs("The capital of France is", raw=True)}
+    assert raw["text_input"]._get_content()[4:] == b"The capital of France is" and "messages" not in raw
+    assert "sampling_parameters" not in raw   # nothing given: the model's defaults
+    with pytest.raises(InvalidInputError, match="prompt is not valid UTF-8"):
         generation_inputs("\udcff")   # what Python makes of the command-line argument $'\xff'
-    with pytest.raises(InvalidInputError, match=r"STOP\[1\] is not valid UTF-8"):
-        generation_inputs("hi", stop=["ok", "\udcfe"])
-    assert generation_inputs(b"\xff")[0]._get_content()[4:] == b"\xff"   # bytes go as they are: the server judges
+    with pytest.raises(InvalidInputError, match=r"history\[1\] is not valid UTF-8"):
+        generation_inputs("hi", history=["ok", "\udcfe"])
+    assert generation_inputs(b"\xff", raw=True)[0]._get_content()[4:] == b"\xff"   # raw bytes go as they are
 
 
 def test_cli_generate_with_undecodable_argument_is_a_clear_input_error():
@@ -186,7 +194,7 @@ def test_cli_generate_with_undecodable_argument_is_a_clear_input_error():
                          capture_output=True, timeout=60)
     stderr = out.stderr.decode(errors="replace")
     assert out.returncode == 65, stderr
-    assert "Traceback" not in stderr and "PROMPT is not valid UTF-8" in stderr
+    assert "Traceback" not in stderr and "prompt is not valid UTF-8" in stderr
 
 
 class _Result:
@@ -219,9 +227,9 @@ class _StreamingTriton:
         if isinstance(outcome, Exception):
             self.callback(result=None, error=outcome)
             return
-        self.callback(result=_Result(TEXT_DELTA=np.array([b"o"], object), TOKEN_ID=np.array([5], np.int32)))
-        self.callback(result=_Result(TEXT_DELTA=np.array([b"k"], object), FINISH_REASON=np.array([b"stop"], object),
-                                     PROMPT_TOKENS=np.array([3], np.int32), COMPLETION_TOKENS=np.array([1], np.int32)))
+        self.callback(result=_Result(text_output=np.array([b"o"], object)))
+        self.callback(result=_Result(text_output=np.array([b"k"], object), finish_reason=np.array([b"stop"], object),
+                                     num_input_tokens=np.array([3], np.uint32), num_output_tokens=np.array([2], np.uint32)))
 
     def close(self):
         pass

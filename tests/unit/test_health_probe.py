@@ -35,9 +35,9 @@ def test_probe_inputs_are_unique_valid_and_cheap(configs):
     raw = image._get_content()
     Image.open(io.BytesIO(raw[raw.index(b"\x89PNG"):])).verify()
     generation = {i.name(): i for i in probe_inputs(configs["text_generation"])}
-    assert set(generation) == {"PROMPT", "MAX_TOKENS"}, "optional inputs stay out except one token"
-    assert generation["MAX_TOKENS"].datatype() == "INT64"   # the spec's type: checked at full width
-    assert np.frombuffer(generation["MAX_TOKENS"]._get_content(), np.int64).tolist() == [1]
+    assert set(generation) == {"text_input", "sampling_parameters"}, "optional inputs stay out except one token"
+    assert generation["sampling_parameters"]._get_content()[4:] == b'{"max_tokens": 1}'
+    assert b"hotpath liveness probe" in generation["text_input"]._get_content()
 
 
 def test_numeric_inputs_get_values_and_other_types_a_clear_error():

@@ -123,14 +123,14 @@ def test_stream_cap_is_the_fewest_decoding_slots_of_a_decoupled_spec(tmp_path):
             f'[model_transaction_policy]\ndecoupled = {str(decoupled).lower()}\n'
             f'[[input]]\nname = "X"\ndata_type = "TYPE_STRING"\ndims = [1]\n'
             f'[[output]]\nname = "Y"\ndata_type = "TYPE_STRING"\ndims = [1]\n'
-            f'[[instance_group]]\ncount = {instances}\nkind = "KIND_CPU"\n[parameters]\nmax_batch = {slots}\n')
-    spec("a", False, 2, 1)   # not decoupled: its max_batch is no stream slot
+            f'[[instance_group]]\ncount = {instances}\nkind = "KIND_CPU"\n[parameters]\nmax_num_seqs = {slots}\n')
+    spec("a", False, 2, 1)   # not decoupled: its max_num_seqs is no stream slot
     with pytest.raises(HotpathError, match="no decoupled spec"):
         stream_cap(tmp_path)
     spec("b", True, 16, 2)
     spec("c", True, 12, 1)
     assert stream_cap(tmp_path) == 12
-    assert stream_cap() == 16   # build/text_generation.toml: 16 KV slots, one instance
+    assert stream_cap() == 16   # build/text_generation.toml: max_num_seqs 16, one instance
 
 def test_admission_cap_is_littles_law_held_to_the_measured_concurrency(tmp_path):
     assert little_cap(466.9, 25.0) == 11 and little_cap(212.0, 60.0) == 12 and little_cap(10, 1) == 1
