@@ -41,6 +41,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hotpath.gateway import openai_door
 from hotpath.gateway.front_door import (
     ADMITTED_VARIABLE,
     CHARGE_SOCKET,
@@ -111,13 +112,16 @@ class TenantGatewaySettings:
     cache_build: str = ""                # hotpath.shared_state.cache_key.repository_build(); "": no exact cache
     cache_ttl_s: int = DEFAULT_TTL_S
     status_port: int = 0                 # loopback /metrics and /health of the gateway itself; 0: none
+    openai_port: int = 0                 # the door to the OpenAI-compatible API (hotpath.gateway.openai_door); 0: none
+    openai_upstreams: tuple[str, ...] = ()   # host:port of each replica's API process
+    openai: dict = field(default_factory=dict, repr=False)   # openai_door.openai_config(): the names it serves
 
     log_fields = LOG_FIELDS
     unreachable_message = UNREACHABLE
 
     @property
     def listen_ports(self) -> list[int]:
-        return [self.grpc_port, self.http_port] + ([self.status_port] if self.status_port else [])
+        return [self.grpc_port, self.http_port] + [p for p in (self.status_port, self.openai_port) if p]
 
     @property
     def caches(self) -> bool:
@@ -128,7 +132,7 @@ class TenantGatewaySettings:
         return {TOKEN_MAP: render(token_map(self.tenants)),
                 CONFIG_FILE: front_door_json(self.models, self.tenants, self.in_flight_cap, self.work_cap,
                                              OVERLOADED.format(cap=self.in_flight_cap), TENANT_FIELD, self.charge_key,
-                                             self.redis, cache)}
+                                             self.redis, cache, self.openai if self.openai_port else None)}
 
     def directives(self, workdir: Path) -> list[dict]:
         return config(self, workdir)
@@ -252,6 +256,7 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
             d("location", "/", block=[d("return", 404)]),
         ]),
         *_status_server(s),
+        *openai_door.server(s.openai_port, s.openai_upstreams, TENANT, s.max_body_bytes, UNAUTHENTICATED),
     ], LOG_FIELDS, modules=tuple(module_paths()))
 
 

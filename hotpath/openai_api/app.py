@@ -245,10 +245,11 @@ class OpenAIAPI:
 
     async def health(self, _request: Request) -> Response:
         endpoints = sorted({m.endpoint for m in self.models.values()})
-        if self.triton and await self.triton.ready(endpoints):
+        waiting = await self.triton.not_ready(endpoints) if self.triton else ["the API itself"]
+        if not waiting:
             return json_response({"status": "ok", "models": endpoints})
-        return error_response(APIError(503, "not ready: tritonserver or a served model is not ready",
-                                       "server_error", None, "not_ready", errors.RETRY_AFTER_S))
+        return error_response(APIError(503, f"not ready: {', '.join(waiting)}", "server_error", None, "not_ready",
+                                       errors.RETRY_AFTER_S))
 
     async def metrics_route(self, _request: Request) -> Response:
         body, content_type = self.metrics.exposition()

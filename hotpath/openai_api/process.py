@@ -39,7 +39,10 @@ class OpenAIServer:
             with urllib.request.urlopen(f"http://{self.host}:{self.port}/health", timeout=2) as r:
                 return r.status, json.loads(r.read())
         except urllib.error.HTTPError as e:
-            return e.code, {}
+            try:
+                return e.code, json.loads(e.read())
+            except ValueError:
+                return e.code, {}
         except (urllib.error.URLError, ConnectionError, OSError):
             return 0, {}
 
@@ -58,8 +61,9 @@ class OpenAIServer:
             if self.health()[0] == 200:
                 return self
             time.sleep(0.2)
+        status, body = self.health()
         self.stop()
-        raise ServerError(f"the OpenAI API not healthy after {timeout_s:.0f}s:\n{self.log_tail()}")
+        raise ServerError(f"the OpenAI API not healthy after {timeout_s:.0f}s ({status} {body}):\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 20) -> str:
         if not self.log_path.exists():

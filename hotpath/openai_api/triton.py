@@ -36,14 +36,15 @@ class Triton:
     async def close(self) -> None:
         await self.client.close()
 
-    async def ready(self, models: list[str]) -> bool:
-        """tritonserver ready and every one of `models` ready (quick: a probe's answer)."""
+    async def not_ready(self, models: list[str]) -> list[str]:
+        """What keeps the API from serving now: [] when tritonserver and every one of `models` are ready."""
         try:
-            if not await self.client.is_server_ready(client_timeout=2.0):
-                return False
-            return all(await asyncio.gather(*(self.client.is_model_ready(m, client_timeout=2.0) for m in models)))
-        except InferenceServerException:
-            return False
+            if not await self.client.is_server_ready(client_timeout=5.0):
+                return ["tritonserver"]
+            ready = await asyncio.gather(*(self.client.is_model_ready(m, client_timeout=5.0) for m in models))
+        except InferenceServerException as exc:
+            return [f"tritonserver at {self.url} ({exc.status() or exc.message()})"]
+        return [m for m, ok in zip(models, ready) if not ok]
 
     async def _embed_chunk(self, model: ServedModel, texts: list[str]) -> np.ndarray:
         try:

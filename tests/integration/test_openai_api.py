@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from urllib.parse import urlparse
 
 import numpy as np
 import openai
@@ -25,6 +26,10 @@ from transformers import AutoTokenizer
 from hotpath.client import EmbeddingClient
 from hotpath.exporters.parity_corpus import multilingual_corpus
 from hotpath.exporters.sentence_encoder import minilm_dir
+from hotpath.gateway.config import TenantGatewaySettings
+from hotpath.gateway.openai_door import openai_config
+from hotpath.gateway.process import TenantGateway
+from hotpath.gateway.tenants import Tenant, new_token
 from hotpath.openai_api.process import OpenAIServer
 from hotpath.openai_api.schemas import MAX_EMBEDDING_INPUTS
 from hotpath.repository import Repository
@@ -291,6 +296,58 @@ def test_oversize_bodies_get_413_and_the_server_stays(api, sdk):
     assert response.status == 413
     conn.close()
     assert len(sdk.embeddings.create(model=MODEL, input="still here").data) == 1
+
+
+# -- through the tenant gateway
+
+def test_through_the_tenant_gateway(triton, api, grpc_embed):
+    """The tenant's token is the API key; refusals are OpenAI errors the SDK types; the budget holds."""
+    token, slow = new_token(), new_token()
+    tenants = (Tenant("acme", token), Tenant("slow", slow, requests_per_s=1, burst=0))
+    grpc_port, http_port, openai_port = free_ports(3)
+    settings = TenantGatewaySettings(grpc_port, http_port, (triton.grpc_url,), (triton.http_url,), tenants,
+                                     max_body_bytes=MAX_BODY // 2, openai_port=openai_port,
+                                     openai_upstreams=(f"{api.host}:{api.port}",),
+                                     openai=openai_config(aliases={ALIAS: MODEL}))
+    base = f"http://127.0.0.1:{openai_port}/v1"
+    with TenantGateway(settings):
+        with openai.OpenAI(base_url=base, api_key=token, max_retries=0) as client:
+            answer = client.embeddings.create(model=ALIAS, input=TEXTS[:3])
+            assert _cosines([d.embedding for d in answer.data], grpc_embed(TEXTS[:3])).min() >= 0.9999
+            assert {MODEL, ALIAS} <= {m.id for m in client.models.list()}
+            with pytest.raises(openai.NotFoundError) as err:
+                client.embeddings.create(model="text_encoder", input="x")   # an internal step: not served
+            assert err.value.body["param"] == "model"
+            with pytest.raises(openai.BadRequestError):   # the API's own strict check, behind the gateway
+                client.embeddings.create(model=MODEL, input="x", dimensions=3)
+            status, _, body = _post_to(base, "/embeddings", json.dumps(
+                {"model": MODEL, "input": ["x" * 1000] * (MAX_BODY // 2000 + 10)}).encode(), token)
+            assert status == 413 and body["error"]["code"] == "request_too_large"
+        with openai.OpenAI(base_url=base, api_key="not-a-tenant-token", max_retries=0) as client:
+            with pytest.raises(openai.AuthenticationError):
+                client.embeddings.create(model=MODEL, input="x")
+        with openai.OpenAI(base_url=base, api_key=slow, max_retries=0) as client:
+            refused = None
+            for _ in range(200):   # 1 request/s, no burst: refused long before 200 calls
+                try:
+                    client.embeddings.create(model=MODEL, input="x")
+                except openai.RateLimitError as exc:
+                    refused = exc
+                    break
+            assert refused is not None and int(refused.response.headers["retry-after"]) >= 1
+            assert refused.body["type"] == "rate_limit_error"
+
+
+def _post_to(base: str, path: str, body: bytes, token: str) -> tuple[int, dict, dict]:
+    url = urlparse(base)
+    conn = http.client.HTTPConnection(url.hostname, url.port, timeout=60)
+    try:
+        conn.request("POST", url.path + path, body, {"content-type": "application/json",
+                                                     "authorization": f"Bearer {token}"})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), json.loads(response.read() or b"null")
+    finally:
+        conn.close()
 
 
 # -- lifetime

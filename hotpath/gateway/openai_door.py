@@ -1,0 +1,82 @@
+"""The tenant gateway's door to the OpenAI-compatible API (hotpath.openai_api): a server of its own in the
+same NGINX, on its own port, in front of the API processes of the replicas.
+
+The tenant's token is the API key (`Authorization: Bearer <token>`, the same map as the Triton doors); the
+same budget (requests/s, generated tokens/min), fair shares of in-flight calls and work, and body bound
+hold (front_door.lua's `openai`). Every refusal is an OpenAI error object: 401 (token), 404 (a model or
+route the API does not serve), 413 (body), 429 + Retry-After (budget, capacity, fair share), 502 (no API
+process answered). `/v1/models` lists what the API serves: the public endpoints, which every tenant may
+call. Server-sent events pass unbuffered.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hotpath.gateway.front_door import ADMITTED_VARIABLE, lua_call
+from hotpath.nginx.directives import d
+from hotpath.nginx.upstreams import connect_timeout, upstream
+
+UPSTREAM = "openai_api"
+
+
+def openai_config(repository: Path | None = None, aliases: dict[str, str] | None = None) -> dict:
+    """front_door.json's "openai": the names the API serves, with their kind and default token budget."""
+    from hotpath import paths
+    from hotpath.openai_api.catalog import served_models
+    from hotpath.repository import Repository
+
+    repository = Path(repository or paths.model_repository())
+    configs = Repository(repository).configs()
+    models = {}
+    for name, model in served_models(repository, aliases).items():
+        params = configs[model.endpoint].parameters
+        default = params["default_max_tokens"].string_value if "default_max_tokens" in params else ""
+        models[name] = {"kind": model.kind, "default_max_tokens": int(default) if default.isdigit() else 1}
+    return {"models": models}
+
+
+def _error(name: str, status: int, message: str, code: str, *extra: dict) -> dict:
+    body = {"error": {"message": message, "type": "invalid_request_error" if status < 500 else "server_error",
+                      "param": None, "code": code}}
+    if status == 401:
+        body["error"]["type"] = "authentication_error"
+    return d("location", name, block=[d("default_type", "application/json"), *extra,
+                                       d("return", status, json.dumps(body))])
+
+
+def server(port: int, upstreams: tuple[str, ...], tenant: str, max_body_bytes: int, unauthenticated: str) -> list[dict]:
+    """The upstream and the server block; nothing when `port` is 0."""
+    if not port:
+        return []
+    proxy = d("proxy_pass", f"http://{UPSTREAM}")
+    return [
+        upstream(UPSTREAM, upstreams, keepalive=64),
+        d("server", block=[
+            d("listen", f"127.0.0.1:{port}"),
+            d("proxy_http_version", "1.1"),
+            d("proxy_set_header", "Connection", ""),
+            connect_timeout("proxy"),
+            d("set", f"${ADMITTED_VARIABLE}", ""),
+            d("if", tenant, "=", "", block=[d("return", 401)]),
+            d("proxy_set_header", "Authorization", ""),   # the token stops here
+            d("error_page", 401, "=", "@openai_401"),
+            d("error_page", 413, "=", "@openai_413"),
+            d("error_page", 502, 504, "=", "@openai_502"),
+            d("location", "=", "/v1/embeddings", block=[d("access_by_lua", lua_call("openai", '"embedding"')), proxy]),
+            d("location", "~", "^/v1/(chat/)?completions$",
+              block=[d("access_by_lua", lua_call("openai", '"generation"')), d("proxy_buffering", "off"),
+                     d("proxy_read_timeout", "300s"), proxy]),
+            d("location", "~", "^/v1/models(/[^/]+)?$", block=[d("access_by_lua", lua_call("count", '"openai"')),
+                                                               proxy]),
+            d("location", "/", block=[d("return", 404)]),
+            d("error_page", 404, "=", "@openai_404"),
+            _error("@openai_401", 401, unauthenticated, "invalid_api_key", d("add_header", "WWW-Authenticate", "Bearer", "always")),
+            _error("@openai_404", 404, "gateway: unknown route (POST /v1/embeddings, /v1/chat/completions, "
+                                       "/v1/completions; GET /v1/models)", "not_found"),
+            _error("@openai_413", 413, f"gateway: request body larger than {max_body_bytes} bytes",
+                   "request_too_large"),
+            _error("@openai_502", 502, "gateway: no OpenAI API process could complete the call", "unreachable"),
+        ]),
+    ]
