@@ -36,7 +36,9 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 
 SEED = 25_08
 REPOSITORY = Path(__file__).resolve().parents[1] / "model_repository"
-PUBLIC = ("text_embedding", "text_embedding_exact", "image_classification", "retrieval", "text_generation")
+# text_generation (vLLM) is served by its own test server (tests/integration/conftest.py: its load and memory are
+# paid by generation tests only); its bad-input corpus is BAD_REQUESTS in tests/integration/test_text_generation.py.
+PUBLIC = ("text_embedding", "text_embedding_exact", "image_classification", "retrieval")
 INTERNAL = ("tokenizer", "text_encoder", "sentence_embedder", "image_preprocess", "image_classifier")
 BOTH = ("direct", "gateway")
 # What Triton 2.51 itself answers wrong before any model of ours sees the request, so that only the
@@ -295,7 +297,7 @@ GOOD_VALUES = {   # input -> values of the one-item baseline request, per model
     "image_classification": {"IMAGE": None},   # sample_jpeg()
     "image_preprocess": {"IMAGE": None},
     "retrieval": {"TEXT": [b"text editor for programmers"], "TOP_K": [3]},
-    "text_generation": {"PROMPT": [b"Say hi."], "MAX_TOKENS": [2]},
+    "text_generation": {"text_input": [b"Say hi."], "sampling_parameters": [b'{"max_tokens": 2}']},
     "text_encoder": {"input_ids": [101, 1037, 4937, 102], "attention_mask": [1, 1, 1, 1],
                      "token_type_ids": [0, 0, 0, 0]},
     "image_classifier": {"PIXELS": None},       # zeros, 224x224x3
@@ -907,86 +909,6 @@ def _nul(model: str, inputs) -> Clean | None:
     return clean(model, inputs) if model != "retrieval" else clean(model, inputs)
 
 
-def generation_cases(b: Builder) -> None:
-    model = "text_generation"
-    ep = endpoint(model)
-    good = good_inputs(model)
-    c = clean(model)
-    numeric_cases(b, model, "MAX_TOKENS", [(2, 2), (0, None), (-1, None), (2**31, None), (2**32 + 2, None),
-                                          (2**64 + 2, None), (-(2**63) - 1, None), (1.5, None), (2.0, 2),
-                                          ("2", None), (True, None), (None, None), (1e400, None)])
-    for name, rules in {"TEMPERATURE": {-1.0: None, 1e39: None, "nan": None, 1e400: None, "x": None},
-                        "TOP_P": {0.0: None, 1.5: None, -0.5: None, 1e39: None, "x": None},
-                        "SEED": {2**64 + 1: None, 1.5: None, "x": None}}.items():
-        for value in rules:   # every one of them must be refused
-            label = str(value).replace(".", "_")
-            gen_body = {"PROMPT": "Say hi.", "MAX_TOKENS": 2, name: value}
-            route = b.rng.choice(("generate", "generate_stream"))
-            b.http(model, f"{route}-{name}", label, json.dumps(gen_body).encode(), None,
-                   target=model_path(model, route), answer=route)
-            if isinstance(value, float) and not isinstance(value, bool):
-                dt = ep.input(name).datatype
-                if dt == "FP32":
-                    t = Tensor(name, dt, (1,), (value,))
-                    b.stream(model, f"{name}-stream", label, infer_request(model, with_input(good, t)), None)
-    for name, value in {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}.items():
-        for input_name in ("TEMPERATURE", "TOP_P"):
-            t = Tensor(input_name, "FP32", (1,), (value,))
-            b.stream(model, f"{input_name}-stream", name, infer_request(model, with_input(good, t)), None)
-    # prompt, history and stop
-    for label, tensors in {
-        "prompt-empty": (Tensor("PROMPT", "BYTES", (1,), (b"",)),),
-        "prompt-not-utf8": (Tensor("PROMPT", "BYTES", (1,), (b"\xff\xfe",)),),
-        "prompt-two": (Tensor("PROMPT", "BYTES", (2,), (b"a", b"b")),),
-        "prompt-zero-elements": (Tensor("PROMPT", "BYTES", (0,), ()),),
-        "prompt-2d": (Tensor("PROMPT", "BYTES", (1, 1), (b"Say hi.",)),),
-        "prompt-too-long": (Tensor("PROMPT", "BYTES", (1,), (b"word " * 4000,)),),
-        "history-odd": (Tensor("HISTORY", "BYTES", (3,), (b"a", b"b", b"c")),),
-        "history-not-utf8": (Tensor("HISTORY", "BYTES", (2,), (b"hi", b"\xff")),),
-        "history-2d": (Tensor("HISTORY", "BYTES", (1, 2), (b"hi", b"hello")),),
-        "history-huge": (Tensor("HISTORY", "BYTES", (2000,), (b"x",) * 2000),),
-        "stop-not-utf8": (Tensor("STOP", "BYTES", (1,), (b"\xff",)),),
-        "stop-many": (Tensor("STOP", "BYTES", (5000,), (b"x",) * 5000),),
-        "stop-huge": (Tensor("STOP", "BYTES", (1,), (b"z" * 100_000,)),),
-        "max-tokens-two": (Tensor("MAX_TOKENS", "INT32", (2,), (2, 3)),),
-        "max-tokens-no-dims": (Tensor("MAX_TOKENS", "INT32", (), (2,)),),
-        "temperature-int32": (Tensor("TEMPERATURE", "INT32", (1,), (1,)),),
-        "seed-int32": (Tensor("SEED", "INT32", (1,), (1,)),),
-    }.items():
-        inputs = good
-        for t in tensors:
-            inputs = with_input(inputs, t)
-        b.stream(model, "generation", label, infer_request(model, inputs), None)
-    # the generate routes: the body is the inputs as top-level keys; each body to one route, drawn
-    gb = lambda **kw: json.dumps({"PROMPT": "Say hi.", "MAX_TOKENS": 2, **kw}).encode()  # noqa: E731
-    for route in ("generate", "generate_stream"):
-        t = model_path(model, route)
-        # Triton 2.51's /generate answers a decoupled model's valid request 200 with an error body after
-        # generating ("expects model to produce exactly 1 response"): only the gateway can refuse the route.
-        b.http(model, route, "valid", gb(), c, target=t, answer=route,
-               paths=GATEWAY_ONLY if route == "generate" else BOTH)
-        b.http(model, route, "deep-10000", b'{"PROMPT": ' + nested(10_000, '"x"').encode() + b"}", None, target=t,
-               answer=route, paths=GATEWAY_ONLY)
-        b.http(model, route, "deep-top-10000", nested(10_000).encode(), None, target=t, answer=route,
-               paths=GATEWAY_ONLY)
-    if True:
-        for name, raw in {"empty": b"", "brace": b"{", "array": b"[]", "null": b"null", "truncated": gb()[:-3],
-                          "no-prompt": b'{"MAX_TOKENS": 2}', "prompt-number": b'{"PROMPT": 7, "MAX_TOKENS": 2}',
-                          "prompt-null": b'{"PROMPT": null}', "prompt-object": b'{"PROMPT": {"a": 1}}',
-                          "prompt-list": b'{"PROMPT": ["a", "b"], "MAX_TOKENS": 2}',
-                          "prompt-empty": b'{"PROMPT": "", "MAX_TOKENS": 2}',
-                          "prompt-bad-utf8": b'{"PROMPT": "\xff\xfe", "MAX_TOKENS": 2}',
-                          "max-tokens-1_5": gb(MAX_TOKENS=1.5), "max-tokens-wrap32": gb(MAX_TOKENS=2**32 + 2),
-                          "max-tokens-wrap64": gb(MAX_TOKENS=2**64 + 2), "max-tokens-string": gb(MAX_TOKENS="2"),
-                          "max-tokens-negative": gb(MAX_TOKENS=-2), "max-tokens-list": gb(MAX_TOKENS=[2, 3]),
-                          "history-odd": gb(HISTORY=["a", "b", "c"]), "stop-number": gb(STOP=5),
-                          "unknown-key": gb(BOGUS=1), "parameters-string": gb(parameters="x"),
-                          "deep-1000": b'{"PROMPT": ' + nested(1000, '"x"').encode() + b"}"}.items():
-            route = b.rng.choice(("generate", "generate_stream"))
-            meant = c if name == "unknown-key" and route == "generate_stream" else None
-            b.http(model, route, name, raw, meant, target=model_path(model, route), answer=route)
-
-
 def retrieval_cases(b: Builder) -> None:
     model = "retrieval"
     ep = endpoint(model)
@@ -1161,9 +1083,7 @@ def corpus(seed: int = SEED, per_group: int = 1) -> tuple[Case, ...]:
         grpc_cases(b, model)
     for model in ("text_embedding", "text_embedding_exact", "retrieval"):
         text_cases(b, model)
-    text_cases(b, "text_generation", "PROMPT")
     retrieval_cases(b)
-    generation_cases(b)
     image_cases(b)
     name_cases(b)
     generate_route_cases(b)

@@ -52,8 +52,7 @@ def _bearer(tenant):
     return {"authorization": f"Bearer {TOKENS[tenant]}"}
 
 
-@pytest.fixture(scope="module")
-def gateway(triton, tmp_path_factory):
+def _serve_gateway(server, tmp_path_factory):
     path = tmp_path_factory.mktemp("gateway") / "tenants.toml"
     # alpha: a rate far above what the open loop sends (only admission control refuses it); beta: 2/s;
     # gamma: 100 generated tokens a minute; delta: like alpha, a second tenant for fair shares.
@@ -62,9 +61,21 @@ def gateway(triton, tmp_path_factory):
                     f'[tenants.gamma]\ntoken = "{TOKENS["gamma"]}"\ntokens_per_min = 100\n'
                     f'[tenants.delta]\ntoken = "{TOKENS["delta"]}"\nrequests_per_s = 5000\nburst = 5000\n')
     grpc_port, http_port = free_ports(2)
-    settings = TenantGatewaySettings(grpc_port, http_port, (triton.grpc_url,), (triton.http_url,), load_tenants(path),
+    settings = TenantGatewaySettings(grpc_port, http_port, (server.grpc_url,), (server.http_url,), load_tenants(path),
                                      admission_cap("cpu"), max_body_bytes(), stream_cap())
-    with TenantGateway(settings) as gw:
+    return TenantGateway(settings)
+
+
+@pytest.fixture(scope="module")
+def gateway(triton, tmp_path_factory):
+    with _serve_gateway(triton, tmp_path_factory) as gw:
+        yield gw
+
+
+@pytest.fixture(scope="module")
+def generation_gateway(generation_triton, tmp_path_factory):
+    """The same gateway in front of the session's text_generation server (the other server has no LLM)."""
+    with _serve_gateway(generation_triton, tmp_path_factory) as gw:
         yield gw
 
 
@@ -183,11 +194,15 @@ def test_admin_apis_are_refused_while_health_metadata_and_streams_pass(gateway):
     assert status == 200 and json.loads(body)["name"] == MODEL
     refused = [e for e in gateway.log(logged, 6) if e.status in (204, 403)]
     assert len(refused) == 2 and not [e for e in refused if e.upstream], refused   # never reached Triton
-    # Streams pass (their own cap): a gRPC token stream and HTTP server-sent events.
-    with GenerationClient(gateway.grpc_url, token=TOKENS["alpha"]) as generation:
+
+
+def test_generation_streams_pass(generation_gateway):
+    """Streams pass (their own cap): a gRPC token stream and HTTP server-sent events."""
+    with GenerationClient(generation_gateway.grpc_url, token=TOKENS["alpha"]) as generation:
         assert generation.generate("Say hello.", max_tokens=4).completion_tokens >= 1
-    status, body = _http(gateway.http_url, "/v2/models/text_generation/generate_stream", "POST",
-                         {"PROMPT": "Say hello.", "MAX_TOKENS": 4}, alpha)
+    status, body = _http(generation_gateway.http_url, "/v2/models/text_generation/generate_stream", "POST",
+                         {"text_input": "Say hello.", "sampling_parameters": '{"max_tokens": 4}', "stream": True,
+                          "exclude_input_in_output": True}, _bearer("alpha"))
     assert status == 200 and body.count("data:") >= 1, (status, body)
 
 @pytest.fixture(scope="module")
@@ -280,18 +295,18 @@ def _stream_outcomes(url, tenant, count, timeout_s=120):
             result, error = answers.get(timeout=timeout_s)
             if error is not None:
                 errors.append((client_error("stream", error).status or "", error.message()))
-            elif result.as_numpy("FINISH_REASON") is not None:
+            elif result.as_numpy("finish_reason") is not None:
                 finished.add(result.get_response().id)
         client.stop_stream()
     return ["OK"] * len(finished) + errors
 
 
-def test_every_message_of_a_stream_counts_against_the_tenant_rate(gateway):
+def test_every_message_of_a_stream_counts_against_the_tenant_rate(generation_gateway):
     """One stream carried 300 requests at 233/s for a tenant limited to 5 r/s (issue 25): now each message
     is charged; beta (2/s, burst 3) gets about its rate however many messages one stream carries."""
     time.sleep(2.5)   # beta's budget refills after the tests before
     started = time.perf_counter()
-    outcomes = _stream_outcomes(gateway.grpc_url, "beta", 30)
+    outcomes = _stream_outcomes(generation_gateway.grpc_url, "beta", 30)
     elapsed = time.perf_counter() - started
     refused = [o for o in outcomes if o != "OK"]
     admitted = len(outcomes) - len(refused)
@@ -323,15 +338,17 @@ def test_internal_step_models_are_not_reachable_through_the_gateway(gateway):
     assert _grpc_status(gateway.grpc_url, [text_input("TEXT", ["still served"])], _bearer("alpha"))[0] == "OK"
 
 
-def test_generation_is_charged_its_tokens(gateway):
+def test_generation_is_charged_its_tokens(generation_gateway):
     """gamma may ask 100 tokens a minute: 64 pass, 64 more are refused for now, 500 can never fit."""
+    gateway = generation_gateway
     with GenerationClient(gateway.grpc_url, token=TOKENS["gamma"]) as generation:
         assert generation.generate("Say hello.", max_tokens=64).completion_tokens >= 1
         with pytest.raises(ClientError) as later:
             generation.generate("Say hello again.", max_tokens=64)
         assert later.value.status == "RESOURCE_EXHAUSTED" and "tokens per minute" in str(later.value)
     status, body = _http(gateway.http_url, "/v2/models/text_generation/generate_stream", "POST",
-                         {"PROMPT": "hi", "MAX_TOKENS": 500}, _bearer("gamma"))
+                         {"text_input": "hi", "sampling_parameters": '{"max_tokens": 500}', "stream": True,
+                          "exclude_input_in_output": True}, _bearer("gamma"))
     assert status == 400 and "more than the tenant's 100 tokens per minute" in body, (status, body)
 
 
@@ -346,7 +363,7 @@ def test_a_json_body_nested_past_the_bound_is_400_and_triton_stays_up(gateway, t
     # Triton's /generate wants one response, which a streaming model never gives (it answered 200 with an
     # error body after generating): refused before anything is generated.
     status, body = _http(gateway.http_url, "/v2/models/text_generation/generate", "POST",
-                         {"PROMPT": "hi", "MAX_TOKENS": 2}, _bearer("alpha"))
+                         {"text_input": "hi", "sampling_parameters": '{"max_tokens": 2}'}, _bearer("alpha"))
     assert status == 400 and "generate_stream" in body, (status, body)
     assert triton.process.poll() is None
     assert _grpc_status(triton.grpc_url, [text_input("TEXT", ["alive"])])[0] == "OK"
@@ -397,10 +414,13 @@ def test_bodies_spilled_to_disk_work_under_umask_077(triton, tmp_path):
     assert status == "400" and "bytes" in message, (status, message)
 
 
-def test_the_triton_grpc_error_header_never_reaches_triton(gateway, triton):
+def test_the_triton_grpc_error_header_never_reaches_triton(generation_gateway, generation_triton):
     """tritonserver 2.51 crashed (SIGSEGV) on a stream of invalid requests opened with `triton_grpc_error`;
     through the gateway the header is dropped and every refusal comes back on the stream."""
-    bad = [[text_input("STOP", ["no prompt"])] for _ in range(6)]   # PROMPT missing
+    gateway, triton = generation_gateway, generation_triton
+    params = grpcclient.InferInput("sampling_parameters", [1], "BYTES")
+    params.set_data_from_numpy(np.array([b"{}"], dtype=np.object_))
+    bad = [[params] for _ in range(6)]   # neither text_input nor messages: the model refuses each
     answers = queue.Queue()
     with grpcclient.InferenceServerClient(gateway.grpc_url) as client:
         client.start_stream(callback=lambda result=None, error=None: answers.put(error),
@@ -411,4 +431,5 @@ def test_the_triton_grpc_error_header_never_reaches_triton(gateway, triton):
         client.stop_stream()
     assert all(e is not None for e in errors)
     assert triton.process.poll() is None
-    assert _grpc_status(triton.grpc_url, [text_input("TEXT", ["alive"])])[0] == "OK"
+    with GenerationClient(triton.grpc_url) as generation:
+        assert generation.generate("Say hi.", max_tokens=2).completion_tokens >= 1

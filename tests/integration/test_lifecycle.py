@@ -169,12 +169,12 @@ def test_rolling_out_new_versions_and_configs_under_load_fails_no_request(reposi
           f"({', '.join(f'{m} {s:.1f} s' for m, s in took.items())}), 0 failed")
 
 
-def test_sigterm_ends_streams_in_flight_promptly_and_retryably(triton, tmp_path):
+def test_sigterm_ends_streams_in_flight_promptly_and_retryably(built_repository, tmp_path):
     """Token streams of the decoupled generation model that run when SIGTERM arrives end at once: each
     either finished or got UNAVAILABLE "being unloaded" (retryable elsewhere; Triton finalizes a decoupled
     model only once every response sender is closed, so running streams would hold the shutdown for the
     longest generation), and the server exits well within its exit timeout."""
-    server = _server(_copy(triton.repository, tmp_path, ["text_generation"])).start()
+    server = _server(_copy(built_repository, tmp_path, ["text_generation"])).start(timeout=600)   # vLLM loads
     events: dict[int, list] = {i: [] for i in range(3)}
 
     def stream(i: int) -> None:

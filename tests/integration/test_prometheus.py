@@ -185,9 +185,10 @@ def test_numbers_agree_with_the_load(scraped):
 
 
 @pytest.fixture(scope="module")
-def generation_scraped(triton):
-    """Prometheus scraping the session's tritonserver (which serves text_generation) during two short
-    chats of two turns each, so the second turns hit the prefix cache."""
+def generation_scraped(generation_triton):
+    """Prometheus scraping the session's text_generation server during two short chats of two turns each,
+    so the second turns hit the prefix cache."""
+    triton = generation_triton
     prometheus = LocalPrometheus([f"127.0.0.1:{triton.ports.metrics}"], [], free_ports(1)[0])
     prometheus.start()
     for _ in range(100):   # rates need a scrape from before the chats
