@@ -370,19 +370,10 @@ def test_a_full_admission_queue_refuses_at_once_and_cancelled_streams_free_their
     finally:
         for h in holders:
             h.close()   # cancels each request: its sequence is aborted
-    assert _published_below(generation_triton, "hotpath_generation_running", 1) == 0
+    # Had the cancelled sequences kept running, this one would wait behind ~48 x 500 tokens (hours here) or be
+    # refused (their requests still counted in flight).
     with GenerationClient(generation_triton.grpc_url, timeout_s=300) as c:
         assert c.generate("Say OK.", max_tokens=4).finish_reason in ("length", "stop")
-
-
-def _published_below(server, name, below, **labels):
-    value = _metric(server, name, model=MODEL, **labels)
-    for _ in range(600):   # aborts reach the engine within the stub's 0.5 s poll; vLLM reports them next step
-        if value < below:
-            return value
-        time.sleep(0.1)
-        value = _metric(server, name, model=MODEL, **labels)
-    return value
 
 
 # ---- the engine never outlives its model ----------------------------------------------------------------
