@@ -47,7 +47,7 @@ def streaming_alerts(slos) -> list[Alert]:
             "HotpathKVPreempting", f"{rate} > {PREEMPTIONS_PER_S_MAX}", f"{rate} > bool {PREEMPTIONS_PER_S_MAX}",
             "15m", "warning", name, f"{name}: streams keep being preempted for KV memory",
             "{{ $value | printf \"%.2f\" }} preemptions/s over 5 minutes: preempted streams recompute their "
-            "context. Raise kv_tokens (memory) or add replicas."))
+            "context. Raise kv_cache_mib (memory) or add replicas."))
     return alerts
 
 
@@ -70,15 +70,15 @@ def generation_panels(name: str, ttft_target_ms: float, itl_target_ms: float) ->
         Panel("KV pool occupancy", "percentunit",
               ((f"sum by (instance) ({_m('kv_used_tokens', name)}) / "
                 f"sum by (instance) ({_m('kv_capacity_tokens', name)})", "{{instance}}"),),
-              "KV positions in use / the pool's budget (kv_tokens). Near 1, new streams wait and the newest "
-              "running one is preempted."),
+              "KV positions in use / the engine's KV space (kv_cache_mib). Near 1, new streams wait and vLLM "
+              "preempts the newest running sequence (recomputed later)."),
         Panel("Sequences running and waiting", "short",
               ((f"sum by (instance) ({_m('running', name)})", "{{instance}} running"),
                (f"sum by (instance) ({_m('waiting', name)})", "{{instance}} waiting")),
               "Streams decoding, and requests waiting for admission (queued or preempted)."),
         Panel("Preemptions", "short", ((_rate("preemptions_total", name), "preempted/s"),),
-              "Streams preempted to free KV memory (recomputed from the prefix cache on readmission). "
-              "Sustained preemptions: raise kv_tokens or add replicas."),
+              "Streams preempted to free KV memory (vLLM recomputes them on readmission). "
+              "Sustained preemptions: raise kv_cache_mib or add replicas."),
         Panel("Prefix cache hit rate", "percentunit",
               ((f'sum (rate({PREFIX}prefix_cache_lookups_total{{model="{name}",result="hit",{WHERE}}}[{WINDOW}]))'
                 f" / {lookups}", "hit rate"),),
