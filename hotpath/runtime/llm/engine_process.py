@@ -184,11 +184,20 @@ class Server:
             print(f"hotpath engine: unreadable line {line[:100]!r}", file=sys.stderr, flush=True)
             return
         if message.get("op") == "add":
-            self.tasks[message["id"]] = asyncio.get_running_loop().create_task(self.generate(message))
+            rid = message["id"]
+            task = asyncio.get_running_loop().create_task(self.generate(message))
+            self.tasks[rid] = task
+            task.add_done_callback(lambda t, rid=rid: self._ended(t, rid))
         elif message.get("op") == "abort":
             task = self.tasks.get(message["id"])
             if task is not None:
                 task.cancel()   # closing generate()'s iterator aborts the request in vLLM: its KV is freed
+
+    def _ended(self, task: asyncio.Task, rid: str) -> None:
+        """A task cancelled before it ran sent nothing: its request still gets its last reply."""
+        self.tasks.pop(rid, None)
+        if task.cancelled():
+            send({"id": rid, "text": "", "tokens": 0, "finish": "cancelled", "input_tokens": 0, "output_tokens": 0})
 
     async def stats_loop(self) -> None:
         while True:
