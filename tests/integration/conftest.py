@@ -15,8 +15,9 @@ from hotpath.server.subset import linked
 
 GENERATION = "text_generation"
 # float32 on every host (the greedy-parity tests compare with transformers in float32; bf16 is the default
-# where the CPU has it); a KV space of ~1,400 float32 tokens so a few long streams preempt each other.
-GENERATION_TEST_PARAMETERS = {"dtype": "float32", "kv_cache_mib": "64", "max_model_len": "1024"}
+# where the CPU has it); a KV space of ~1,400 float32 tokens so a few long streams preempt each other; blocks
+# of 32 tokens so short chats' follow-up turns reuse cached blocks.
+GENERATION_TEST_PARAMETERS = {"dtype": "float32", "kv_cache_mib": "64", "max_model_len": "1024", "block_size": "32"}
 
 
 def generation_repository(target, built, **parameters):

@@ -105,7 +105,8 @@ class Server:
         args = AsyncEngineArgs(model=s["model"], tokenizer=s["model"], dtype=s["dtype"],
                                max_model_len=s["max_model_len"], max_num_seqs=s["max_num_seqs"],
                                enable_prefix_caching=s["enable_prefix_caching"], enforce_eager=s["enforce_eager"],
-                               kv_cache_memory_bytes=s["kv_cache_mib"] << 20, disable_log_stats=False,
+                               kv_cache_memory_bytes=s["kv_cache_mib"] << 20, block_size=s["block_size"],
+                               disable_log_stats=False,
                                seed=0)
         self.engine = AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger_factory()])
         self.tokenizer = self.engine.get_tokenizer()

@@ -33,6 +33,8 @@ class EngineSettings:
     max_num_seqs: int = 16            # sequences decoded together; beyond, requests wait in vLLM's queue
     max_queue: int = 32               # requests waiting beyond max_num_seqs; more are refused (UNAVAILABLE)
     kv_cache_mib: int = 1024          # KV cache space (vLLM kv_cache_memory_bytes)
+    block_size: int = 128             # tokens per KV block (vLLM's CPU default; its kernel takes multiples of 32):
+                                      # the prefix cache reuses whole blocks only
     enable_prefix_caching: bool = True
     enforce_eager: bool = True        # no torch.compile: load ~38 s instead of 77-96 s, same speed
     omp_threads_bind: str = "all"     # vLLM's VLLM_CPU_OMP_THREADS_BIND; "all": every CPU this process may use
@@ -94,6 +96,8 @@ def from_parameters(params: dict[str, str]) -> EngineSettings:
                            ("ready_timeout_s", 1, 3600)):
         if not low <= getattr(s, key) <= high:
             raise SettingsError(key, f"must be within {low}..{high}, got {getattr(s, key)}")
+    if not (32 <= s.block_size <= 1024 and s.block_size % 32 == 0):
+        raise SettingsError("block_size", f"must be a multiple of 32 within 32..1024, got {s.block_size}")
     if s.default_max_tokens > s.max_tokens_limit:
         raise SettingsError("default_max_tokens", f"exceeds max_tokens_limit ({s.max_tokens_limit})")
     if s.max_tokens_limit >= s.max_model_len:
