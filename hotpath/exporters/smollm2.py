@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import json
 import os
 import tempfile
 import time
@@ -30,7 +31,8 @@ PARITY_PROMPTS = [
     "def fibonacci(n):\n    ",
     "Низкая задержка важнее средней. 🚀",
 ]
-FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
+FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
+         "generation.json")
 
 
 def gguf_path() -> Path:
@@ -101,6 +103,12 @@ class SmolLM2Exporter(Exporter):
             model.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
             _check_weights(Path(tmp), model)
+            # Cache geometry, stop tokens and chat template in one file: the perf studies' llama.cpp and
+            # former-engine systems read it (hotpath.perf.compare).
+            from hotpath.exporters.onnx_decoder import generation_settings
+
+            (Path(tmp) / "generation.json").write_text(
+                json.dumps(generation_settings(model, tokenizer), indent=2, ensure_ascii=False) + "\n")
             _check_tokenizer(Path(tmp) / "tokenizer.json", tokenizer)
             files = sorted(p.name for p in Path(tmp).iterdir() if p.is_file())
             missing = set(FILES) - set(files)
