@@ -146,6 +146,7 @@ class Server:
             params = SamplingParams(max_tokens=max_tokens, temperature=sampling.get("temperature", 0.0),
                                     top_p=sampling.get("top_p", 1.0), top_k=sampling.get("top_k", -1),
                                     seed=sampling.get("seed"), stop=sampling.get("stop"),
+                                    min_tokens=min(sampling.get("min_tokens", 0), max_tokens),
                                     output_kind=RequestOutputKind.DELTA)
             first, produced = True, 0
             async for out in self.engine.generate({"prompt_token_ids": ids}, params, request_id=rid):

@@ -25,6 +25,7 @@ INT32_MAX = 2**31 - 1
 # key -> (types accepted, check, what the check means)
 SAMPLING = {
     "max_tokens": ((int,), lambda v: v >= 1, "an integer >= 1"),
+    "min_tokens": ((int,), lambda v: v >= 0, "an integer >= 0 (end-of-sequence ignored until then)"),
     "temperature": ((int, float), lambda v: 0 <= v <= 100, "a number within 0..100 (0: greedy)"),
     "top_p": ((int, float), lambda v: 0 < v <= 1, "a number within (0, 1]"),
     "top_k": ((int,), lambda v: v == -1 or v >= 1, "an integer >= 1, or -1 (all tokens)"),
@@ -114,6 +115,8 @@ def parse_sampling(text: str | None, max_tokens_limit: int) -> dict:
         types, check, meaning = SAMPLING[key]
         if value is None:
             continue
+        if isinstance(value, str) and str not in types:
+            value = _number(value, types)   # Triton's vLLM backend takes numbers as strings (genai-perf sends them)
         if isinstance(value, bool) or not isinstance(value, types):
             raise InputError(f"sampling_parameters.{key} must be {meaning}, got {json.dumps(value)[:50]}")
         if isinstance(value, float) and not math.isfinite(value):
@@ -123,6 +126,8 @@ def parse_sampling(text: str | None, max_tokens_limit: int) -> dict:
         out[key] = value
     if "max_tokens" in out and out["max_tokens"] > max_tokens_limit:
         raise InputError(f"sampling_parameters.max_tokens must be within 1..{max_tokens_limit}, got {out['max_tokens']}")
+    if out.get("min_tokens", 0) > out.get("max_tokens", max_tokens_limit):
+        raise InputError(f"sampling_parameters.min_tokens must be at most max_tokens, got {out['min_tokens']}")
     if "stop" in out:
         stops = [out["stop"]] if isinstance(out["stop"], str) else out["stop"]
         if len(stops) > MAX_STOPS or not all(isinstance(s, str) and 0 < len(s) <= MAX_STOP_CHARS for s in stops):
@@ -130,6 +135,17 @@ def parse_sampling(text: str | None, max_tokens_limit: int) -> dict:
                              f"{MAX_STOP_CHARS} characters")
         out["stop"] = stops
     return out
+
+
+def _number(text: str, types: tuple):
+    """A numeric string as the key's type ("48" -> 48, "0.5" -> 0.5); the string itself when it is not one."""
+    for kind in types:
+        try:
+            number = kind(text.strip())
+        except ValueError:
+            continue
+        return number if not isinstance(number, float) or math.isfinite(number) else text
+    return text
 
 
 def _refuse_constant(name: str):
