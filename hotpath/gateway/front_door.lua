@@ -882,7 +882,7 @@ function M.metrics()
     lines[#lines + 1] = string.format("# HELP %s %s\n# TYPE %s %s\n%s %d", name, help, name, kind, name, value)
   end
   metric("hotpath_gateway_redis_configured", "gauge", "1 when the fleet's Redis is configured", link.enabled() and 1 or 0)
-  metric("hotpath_gateway_redis_up", "gauge", "0 while Redis is skipped after a failure", link.up() and 1 or 0)
+  metric("hotpath_gateway_redis_up", "gauge", "0 when the last Redis call failed", link.up() and 1 or 0)
   metric("hotpath_gateway_redis_errors_total", "counter", "Redis calls that failed or timed out",
     get("redis:errors"))
   metric("hotpath_gateway_redis_local_quota_total", "counter",
@@ -902,7 +902,7 @@ end
 function M.health()
   local redis = "off"
   if link.enabled() then
-    redis = link.up() and "up" or "down"
+    redis = link.probe() and "up" or "down"
   end
   ngx.header["content-type"] = "application/json"
   ngx.print(cjson.encode({ status = "ok", redis = redis }))

@@ -19,8 +19,14 @@ function M.enabled()
   return cfg ~= nil
 end
 
+-- Skipped now (the breaker is open)?
+local function skipped()
+  return dict:get("redis:down")
+end
+
+-- Did the last call succeed? (metrics and health: the breaker closes after retry_s, Redis may still be down)
 function M.up()
-  return cfg ~= nil and not dict:get("redis:down")
+  return cfg ~= nil and not dict:get("redis:failing")
 end
 
 function M.count(name, n)
@@ -29,6 +35,7 @@ end
 
 local function failed(err)
   M.count("redis:errors")
+  dict:set("redis:failing", true)
   if dict:add("redis:down", true, cfg.retry_s) then   -- the first failure of a period logs it
     ngx.log(ngx.WARN, "hotpath gateway: redis ", cfg.host, ":", cfg.port, " failed (", tostring(err),
       "); quotas follow each tenant's redis_failure policy, answers go uncached; retrying in ", cfg.retry_s, " s")
@@ -38,7 +45,7 @@ end
 -- fn(red) with a connected client; fn returns nil, err when the connection failed (socket error or
 -- timeout) and anything else otherwise. Returns fn's result, or nil, err when Redis is down or failed.
 function M.call(fn)
-  if not M.up() then
+  if not cfg or skipped() then
     return nil, "down"
   end
   local red = redis:new()
@@ -65,7 +72,19 @@ function M.call(fn)
     return nil, err
   end
   red:set_keepalive(cfg.idle_ms, cfg.pool_size)
+  if dict:get("redis:failing") then
+    dict:delete("redis:failing")
+    ngx.log(ngx.WARN, "hotpath gateway: redis ", cfg.host, ":", cfg.port, " answers again")
+  end
   return result
+end
+
+-- Health: a PING unless the breaker is open, so /health tells a Redis that came back without traffic.
+function M.probe()
+  if cfg then
+    M.call(function(red) return red:ping() end)
+  end
+  return M.up()
 end
 
 -- A script of one key by its SHA-1, loaded on NOSCRIPT (a restarted or new Redis has none). nil, err: a failure.

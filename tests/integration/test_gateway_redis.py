@@ -1,0 +1,259 @@
+"""Two tenant-gateway replicas (each its own NGINX) in front of one real tritonserver, sharing one real
+redis-server (hotpath.shared_state.server.LocalRedis): quotas are the fleet's, not each replica's; the
+stream admission's /charge draws on the same budget; a cached answer from replica A is a hit on replica B,
+byte-identical to a fresh one; Redis killed, paused and restarted: calls still answered, each tenant's
+redis_failure policy followed, the outage in the gateway's /metrics and /health, Redis used again after.
+No timed asserts: counts are compared with the budget over the window the client measured (within 10%)."""
+
+import asyncio
+import dataclasses
+import json
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from hotpath.client import text_input
+from hotpath.gateway.config import TenantGatewaySettings
+from hotpath.gateway.front_door import CHARGE_SOCKET
+from hotpath.gateway.process import TenantGateway
+from hotpath.gateway.streams import Charger
+from hotpath.gateway.tenants import new_token, parse_tenants
+from hotpath.server.ports import free_ports
+from hotpath.shared_state.cache_key import HIT_HEADER, cache_key, repository_build
+from hotpath.shared_state.server import LocalRedis
+
+MODEL = "text_embedding"
+RATE = 20   # the metered tenant's requests per second, burst 0
+TENANTS = {
+    "metered": {"requests_per_s": RATE, "burst": 0},
+    "tokens": {"tokens_per_min": 100},
+    "open": {"requests_per_s": 5000, "burst": 5000},
+    "closed": {"requests_per_s": 5000, "burst": 5000, "redis_failure": "closed"},
+    "other": {"requests_per_s": 5000, "burst": 5000},   # another cache namespace: always a fresh answer
+}
+TOKENS = {name: new_token() for name in TENANTS}
+
+
+@pytest.fixture(scope="module")
+def redis():
+    with LocalRedis() as server:
+        yield server
+
+
+def _replicas(triton, redis_target, build=""):
+    tenants = parse_tenants({"tenants": {n: {"token": TOKENS[n], **t} for n, t in TENANTS.items()}}, "test")
+    out = []
+    for _ in range(2):
+        grpc_port, http_port = free_ports(2)
+        out.append(TenantGateway(TenantGatewaySettings(grpc_port, http_port, (triton.grpc_url,), (triton.http_url,),
+                                                       tenants, redis=redis_target, cache_build=build)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def replicas(triton, redis):
+    # 1 s, not the 100 ms default: on a busy 2-core host a slow call would make the replicas count alone
+    # for the breaker's second and blur the shared sum; the fault tests stop or pause Redis outright.
+    target = dataclasses.replace(redis.target, timeout_ms=1000)
+    gateways = _replicas(triton, target, repository_build())
+    try:
+        for gw in gateways:
+            gw.start()
+        yield gateways
+    finally:
+        for gw in gateways:
+            gw.stop()
+
+
+@pytest.fixture
+def redis_up(redis, replicas):
+    """Redis running and seen up by both replicas (after a fault test)."""
+    redis.start()
+    for gw in replicas:
+        _wait(lambda gw=gw: _health(gw)["redis"] == "up", f"{gw.status_url} sees Redis up")
+    yield redis
+
+
+def _wait(check, what, timeout_s=60.0):
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"waited {timeout_s} s for: {what}")
+        time.sleep(0.05)
+
+
+def _health(gw):
+    with urllib.request.urlopen(f"http://{gw.status_url}/health", timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _metrics(gw):
+    with urllib.request.urlopen(f"http://{gw.status_url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return {line.split()[0]: float(line.split()[1]) for line in text.splitlines() if line and line[0] != "#"}
+
+
+def _get(url, tenant):
+    """(status, headers, body) of an HTTP GET through the gateway."""
+    request = urllib.request.Request(url, headers={"authorization": f"Bearer {TOKENS[tenant]}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+def _infer(gw, tenant, text):
+    body = json.dumps({"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [text]}]}).encode()
+    request = urllib.request.Request(f"http://{gw.http_url}/v2/models/{MODEL}/infer", data=body, method="POST",
+                                     headers={"authorization": f"Bearer {TOKENS[tenant]}",
+                                              "content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return r.status, r.headers, r.read(), body
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read(), body
+
+
+def _offer(gateways, tenant, seconds):
+    """Each replica called back to back by its own thread for `seconds`: (admitted, refused, window s,
+    Retry-After values seen)."""
+    counts, hints, lock = {"ok": 0, "refused": 0}, set(), threading.Lock()
+    start = time.monotonic()
+
+    def run(gw):
+        while time.monotonic() - start < seconds:
+            status, headers, _ = _get(f"http://{gw.http_url}/v2/health/ready", tenant)
+            with lock:
+                if status == 200:
+                    counts["ok"] += 1
+                else:
+                    assert status == 429, status
+                    counts["refused"] += 1
+                    hints.add(headers.get("retry-after"))
+
+    threads = [threading.Thread(target=run, args=(gw,)) for gw in gateways]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return counts["ok"], counts["refused"], time.monotonic() - start, hints
+
+
+def test_two_replicas_share_one_request_budget(replicas, redis_up):
+    local = sum(_metrics(gw)["hotpath_gateway_redis_local_quota_total"] for gw in replicas)
+    admitted, refused, window, hints = _offer(replicas, "metered", 4.0)
+    assert sum(_metrics(gw)["hotpath_gateway_redis_local_quota_total"] for gw in replicas) == local
+    budget = RATE * window + 1   # burst 0: one at once, then one per emission interval
+    assert refused > admitted, (admitted, refused)   # offered well above the rate
+    assert abs(admitted - budget) <= 0.1 * budget, (admitted, budget, window)
+    assert hints and all(h and int(h) >= 1 for h in hints), hints
+    # gRPC sees the refusal as RESOURCE_EXHAUSTED with the hint
+    with grpcclient.InferenceServerClient(replicas[1].grpc_url) as client:
+        codes = set()
+        for _ in range(3 * RATE):
+            try:
+                client.infer(MODEL, [text_input("TEXT", ["quota"])],
+                             headers={"authorization": f"Bearer {TOKENS['metered']}"})
+            except InferenceServerException as exc:
+                codes.add(str(exc.status()))
+                assert "rate limit" in exc.message(), exc.message()
+        assert "StatusCode.RESOURCE_EXHAUSTED" in codes, codes
+
+
+def test_without_redis_each_replica_counts_its_own(triton):
+    """The control: the same two replicas with no Redis admit about twice the rate."""
+    gateways = _replicas(triton, None)
+    try:
+        for gw in gateways:
+            gw.start()
+        admitted, _, window, _ = _offer(gateways, "metered", 3.0)
+    finally:
+        for gw in gateways:
+            gw.stop()
+    assert admitted > 1.5 * (RATE * window + 1), (admitted, window)
+
+
+def _charge(gw, tenant, tokens):
+    charger = Charger(gw.nginx.dir / CHARGE_SOCKET, gw.settings.charge_key)
+    return asyncio.run(charger(tenant, "text_generation", tokens))
+
+
+def test_stream_charges_draw_on_the_fleet_budget(replicas, redis_up):
+    """tokens_per_min 100 (burst 99): 60 tokens charged by replica A's stream admission leave 40 for B."""
+    assert _charge(replicas[0], "tokens", 60) is None
+    refused = _charge(replicas[1], "tokens", 60)
+    assert refused and refused[0] == "RESOURCE_EXHAUSTED" and "token limit" in refused[1], refused
+    assert _charge(replicas[1], "tokens", 30) is None
+
+
+def test_an_answer_from_replica_a_is_a_hit_on_replica_b(replicas, redis_up):
+    client = redis_up.target.client()
+    text = f"cache me {time.time_ns()}"
+    status, headers, first, body = _infer(replicas[0], "open", text)
+    assert status == 200 and headers[HIT_HEADER] == "miss", (status, first)
+    key = cache_key("open", MODEL, repository_build(), f"/v2/models/{MODEL}/infer\n\n".encode() + body)
+    _wait(lambda: client.exists(key), "replica A stored its answer under hotpath.shared_state's key")
+    hits = _metrics(replicas[1])["hotpath_gateway_cache_hits_total"]
+    status, headers, second, _ = _infer(replicas[1], "open", text)
+    assert status == 200 and headers[HIT_HEADER] == "hit", (status, second)
+    assert _metrics(replicas[1])["hotpath_gateway_cache_hits_total"] == hits + 1
+    status, headers, fresh, _ = _infer(replicas[1], "other", text)   # another namespace: computed again
+    assert status == 200 and headers[HIT_HEADER] == "miss"
+    assert second == first, "a hit is the stored answer, byte for byte"
+    # computed again for another namespace: the same tensors (Triton's own response cache may add or drop
+    # response parameters, so the bytes are compared on the outputs)
+    assert json.loads(fresh)["outputs"] == json.loads(first)["outputs"], (first[:160], fresh[:160])
+    assert len(json.loads(second)["outputs"][0]["data"]) == 384
+
+
+def test_errors_are_never_cached(replicas, redis_up):
+    client = redis_up.target.client()
+    before = set(client.scan_iter("hotpath:cache:*"))
+    text = "x" * (1 << 16)   # past the endpoint's max_text_bytes: refused by the model (4xx)
+    for _ in range(2):
+        status, headers, answer, _ = _infer(replicas[0], "open", text)
+        assert 400 <= status < 500 and headers.get(HIT_HEADER) != "hit", (status, answer)
+    time.sleep(0.5)   # a store would run right after the answer
+    assert set(client.scan_iter("hotpath:cache:*")) == before
+
+
+def test_redis_killed_and_restarted(replicas, redis_up):
+    gw = replicas[0]
+    errors = _metrics(gw)["hotpath_gateway_redis_errors_total"]
+    redis_up.kill()
+    status, headers, answer, _ = _infer(gw, "open", "still answered while Redis is down")
+    assert status == 200 and headers.get(HIT_HEADER) == "miss", (status, answer)   # counted here, uncached
+    status, headers, answer = _get(f"http://{gw.http_url}/v2/health/ready", "closed")
+    assert status == 503 and "quota store" in json.loads(answer)["error"], (status, answer)
+    metrics = _metrics(gw)
+    assert metrics["hotpath_gateway_redis_up"] == 0 and metrics["hotpath_gateway_redis_errors_total"] > errors
+    assert metrics["hotpath_gateway_redis_local_quota_total"] >= 1 and metrics["hotpath_gateway_redis_refused_total"] >= 1
+    assert _health(gw)["redis"] == "down"
+    redis_up.start()   # the same port, empty: no restart of the gateway
+    _wait(lambda: _get(f"http://{gw.http_url}/v2/health/ready", "closed")[0] == 200, "the closed tenant served again")
+    assert _health(gw)["redis"] == "up"
+    client = redis_up.target.client()
+    client.delete("hotpath:rate:open")
+    assert _infer(gw, "open", "after the restart")[0] == 200
+    assert client.exists("hotpath:rate:open")   # its budget is in Redis again (the key lives ~1 s at this rate)
+
+
+def test_a_slow_redis_does_not_stall_calls(replicas, redis_up):
+    """SIGSTOP: connections are accepted but nothing answers; each call waits at most the timeout, then
+    the breaker skips Redis."""
+    redis_up.pause()
+    try:
+        for _ in range(3):
+            status, _, answer, _ = _infer(replicas[1], "open", "a slow Redis")
+            assert status == 200, answer
+        status, _, _ = _get(f"http://{replicas[1].http_url}/v2/health/ready", "closed")
+        assert status == 503
+        assert _health(replicas[1])["redis"] == "down"
+    finally:
+        redis_up.resume()
