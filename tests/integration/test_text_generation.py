@@ -223,16 +223,16 @@ class _RawStream:
 
 
 def test_bad_requests_are_invalid_argument_with_their_reason_and_the_server_keeps_serving(generation_triton, client):
-    stream = _RawStream(generation_triton.grpc_url)
-    try:
-        for name, (fields, reason) in BAD_REQUESTS.items():
+    for name, (fields, reason) in BAD_REQUESTS.items():
+        stream = _RawStream(generation_triton.grpc_url)   # a stream each: nothing of one case reaches the next
+        try:
             stream.send(_raw_inputs({"exclude_input_in_output": True, **fields}), request_id=name)
             (_, error), = stream.finals(1)
-            assert error is not None and error.startswith("text_generation: [INVALID_ARGUMENT] "), (name, error)
-            assert reason in error, (name, error)
-            assert "Traceback" not in error and ".py" not in error, (name, error)
-    finally:
-        stream.close()
+        finally:
+            stream.close()
+        assert error is not None and error.startswith("text_generation: [INVALID_ARGUMENT] "), (name, error)
+        assert reason in error, (name, error)
+        assert "Traceback" not in error and ".py" not in error, (name, error)
     # Over HTTP the same refusals are 400s (Triton maps INVALID_ARG).
     status, body = _post(generation_triton.http_url, "generate",
                          {"text_input": "hi", "sampling_parameters": '{"max_tokens": -3}'})
