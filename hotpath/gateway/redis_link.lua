@@ -42,12 +42,7 @@ local function failed(err)
   end
 end
 
--- fn(red) with a connected client; fn returns nil, err when the connection failed (socket error or
--- timeout) and anything else otherwise. Returns fn's result, or nil, err when Redis is down or failed.
-function M.call(fn)
-  if not cfg or skipped() then
-    return nil, "down"
-  end
+local function connect()
   local red = redis:new()
   red:set_timeout(cfg.timeout_ms)
   local ok, err = red:connect(cfg.host, cfg.port)
@@ -61,22 +56,44 @@ function M.call(fn)
   end
   if not ok then
     red:close()
-    failed(err)
     return nil, err
   end
-  local result
-  result, err = fn(red)
-  if result == nil then
+  return red
+end
+
+-- fn(red) with a connected client; fn returns nil, err when the connection failed (socket error or
+-- timeout) and anything else otherwise. Returns fn's result, or nil, err when Redis is down or failed.
+-- A pooled connection that fails other than by a timeout is tried once more on another: after a Redis
+-- restart the pool holds connections the old server closed.
+function M.call(fn)
+  if not cfg or skipped() then
+    return nil, "down"
+  end
+  local err
+  for attempt = 1, 2 do
+    local red
+    red, err = connect()
+    if not red then
+      break
+    end
+    local reused = red:get_reused_times() > 0
+    local result
+    result, err = fn(red)
+    if result ~= nil then
+      red:set_keepalive(cfg.idle_ms, cfg.pool_size)
+      if dict:get("redis:failing") then
+        dict:delete("redis:failing")
+        ngx.log(ngx.WARN, "hotpath gateway: redis ", cfg.host, ":", cfg.port, " answers again")
+      end
+      return result
+    end
     red:close()
-    failed(err)
-    return nil, err
+    if not reused or err == "timeout" or attempt == 2 then
+      break
+    end
   end
-  red:set_keepalive(cfg.idle_ms, cfg.pool_size)
-  if dict:get("redis:failing") then
-    dict:delete("redis:failing")
-    ngx.log(ngx.WARN, "hotpath gateway: redis ", cfg.host, ":", cfg.port, " answers again")
-  end
-  return result
+  failed(err)
+  return nil, err
 end
 
 -- Health: a PING unless the breaker is open, so /health tells a Redis that came back without traffic.
