@@ -46,7 +46,7 @@ class OpenAIServer:
         except (urllib.error.URLError, ConnectionError, OSError):
             return 0, {}
 
-    def start(self, timeout_s: float = 60.0) -> "OpenAIServer":
+    def start(self, timeout_s: float = 120.0) -> "OpenAIServer":
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "hotpath.openai_api", "--grpc-url", self.grpc_url, "--repository",
                str(self.repository), "--host", self.host, "--port", str(self.port), "--exit-with-parent",

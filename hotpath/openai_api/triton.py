@@ -37,14 +37,24 @@ class Triton:
         await self.client.close()
 
     async def not_ready(self, models: list[str]) -> list[str]:
-        """What keeps the API from serving now: [] when tritonserver and every one of `models` are ready."""
+        """What keeps the API from serving now: [] when tritonserver and every one of `models` it serves are
+        ready. A model the server does not have at all (a server started on part of the repository) is not
+        waited for: requests for it are answered 404."""
         try:
             if not await self.client.is_server_ready(client_timeout=5.0):
                 return ["tritonserver"]
             ready = await asyncio.gather(*(self.client.is_model_ready(m, client_timeout=5.0) for m in models))
+            waiting = [m for m, ok in zip(models, ready) if not ok]
+            return [m for m in waiting if await self._known(m)]
         except InferenceServerException as exc:
             return [f"tritonserver at {self.url} ({exc.status() or exc.message()})"]
-        return [m for m, ok in zip(models, ready) if not ok]
+
+    async def _known(self, model: str) -> bool:
+        try:
+            await self.client.get_model_metadata(model, client_timeout=5.0)
+        except InferenceServerException as exc:
+            return "StatusCode.NOT_FOUND" not in str(exc.status()) or "no available versions" in (exc.message() or "")
+        return True
 
     async def _embed_chunk(self, model: ServedModel, texts: list[str]) -> np.ndarray:
         try:
