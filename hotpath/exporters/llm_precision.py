@@ -27,6 +27,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -181,8 +182,12 @@ def vllm_scores(model_dir: Path, windows: list[list[int]], dtype: str, quantizat
         done = subprocess.run([str(python), str(VLLM_SCRIPT), str(request), str(result)], env=env,
                               capture_output=True, text=True, timeout=1800)
         if done.returncode != 0 or not result.exists():
-            tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-8:])
-            raise BuildError(f"vLLM teacher-forced run ({dtype}, quantization {quantization}) failed:\n{tail}")
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            # vLLM's last line points "above" (EngineCore): the root cause is its first exception line.
+            cause = next((line for line in lines if re.search(r"^\S*(Error|Exception): ", line.split("] ")[-1])),
+                         lines[-1] if lines else "no output")
+            raise BuildError(f"vLLM teacher-forced run ({dtype}, quantization {quantization}) failed: "
+                             f"{cause.split('] ')[-1][:300]}\n" + "\n".join(lines[-8:]))
         return _scores(json.loads(result.read_text()))
 
 
@@ -283,7 +288,7 @@ def measure_all(model_dir: Path, dtypes: tuple[str, ...], quantizations: tuple[s
             rows.append(figures(label, vllm_scores(folder, windows, dtype, quantization), reference))
             log(f"[precision] {rows[-1]} ({time.perf_counter() - t0:.0f} s)")
         except BuildError as e:
-            notes.append(f"{label}: not available here ({str(e).splitlines()[-1][:300]})")
+            notes.append(f"{label}: not available here ({str(e).splitlines()[0][:400]})")
             log(f"[precision] {notes[-1]}")
 
     for dtype in dtypes:

@@ -69,3 +69,33 @@ def test_text_generation_accepts_genai_perfs_sampling_parameters():
                 '{"max_tokens": "4", "min_tokens": "5"}', '{"max_tokens": "2000"}'):
         with pytest.raises(InputError):
             parse_sampling(bad, 1024)
+
+
+def _row(label: str, c: int, tok_s: float, ttft_p95: float, itl_p50: float = 30.0, itl_mean: float = 31.0):
+    return gp.GenaiPerfStats(label, c, 8, tok_s, 1.0, ttft_p95 / 2, ttft_p95, itl_p50, itl_mean, 40.0, 900.0, 48.0)
+
+
+def test_goals_are_judged_against_llama_cpp_and_the_old_engine():
+    from hotpath.perf.compare.generation import genai_goals
+
+    rows = [_row("hotpath", 8, 250.0, 400.0), _row("llama.cpp", 8, 100.0, 2000.0),
+            _row("hotpath", 1, 30.0, 100.0, 25.0, 26.0), _row("llama.cpp", 1, 50.0, 90.0, 15.0, 20.0)]
+    goals = "\n".join(genai_goals(rows, {"hotpath": (40.0, 3000.0)}, old_itl=(36.0, 37.0)))
+    assert "2.50x (goal >= 2.5x): **MET**" in goals
+    assert "0.20x (goal <= 0.25x): **MET**" in goals
+    assert "(goal: both below): **MET**" in goals and "load to ready 40.0 s (goal <= 45 s): **MET**" in goals
+    worse = "\n".join(genai_goals([_row("hotpath", 8, 249.0, 600.0), _row("llama.cpp", 8, 100.0, 2000.0)],
+                                  {"hotpath": (46.0, 1.0)}, None))
+    assert worse.count("MISSED") == 3
+
+
+def test_a_section_is_replaced_in_place_and_the_rest_kept(tmp_path):
+    from hotpath.perf.compare.generation import GENAI_BEGIN, GENAI_END, write_section
+
+    report = tmp_path / "r.md"
+    report.write_text("# title\n\nold-vs-new section by someone else\n")
+    write_section(report, f"{GENAI_BEGIN}\nfirst\n{GENAI_END}")
+    write_section(report, f"{GENAI_BEGIN}\nsecond\n{GENAI_END}")
+    text = report.read_text()
+    assert "old-vs-new section by someone else" in text and "second" in text and "first" not in text
+    assert text.count(GENAI_BEGIN) == 1

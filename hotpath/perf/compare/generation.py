@@ -17,6 +17,8 @@ report; `--tag` suffixes the labels of this run's rows and `--merge` keeps the r
     hotpath study generation_compare --url localhost:8001   # a server with explicit model control
     hotpath study generation_compare --system in-process --system hotpath --tag q4 --merge
     hotpath study generation_compare --follow-up   # follow-up chat turns' TTFT, prefix cache on vs off
+    hotpath study generation_compare --genai-perf  # the LLM benchmark: genai-perf's stock flags, c=1 and c=8,
+                                                   # hotpath (vLLM in Triton) vs llama.cpp, each alone on the host
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import sys
 import time
 from dataclasses import asdict
@@ -353,8 +356,32 @@ def main(argv: list[str] | None = None) -> int:
                         help="instead: TTFT of follow-up chat turns, prefix cache on vs off (served; prints markdown)")
     parser.add_argument("--draft-estimate", action="store_true",
                         help="instead: tokens per pass exact prompt-lookup speculation would give (served greedy tokens)")
+    parser.add_argument("--genai-perf", action="store_true",
+                        help="instead: the LLM benchmark with genai-perf's stock flags (c=1, 8; hotpath vs llama.cpp); "
+                             "writes the report's benchmark section only")
+    parser.add_argument("--requests", type=int, default=0, help="--genai-perf: requests per point (default 16 at c=1, "
+                                                                "8 per stream above)")
+    parser.add_argument("--input-tokens", type=int, default=128, help="--genai-perf: synthetic prompt length")
+    parser.add_argument("--old-itl-p50", type=float, default=0.0, help="--genai-perf: the old engine's c=1 ITL p50 ms")
+    parser.add_argument("--old-itl-mean", type=float, default=0.0, help="--genai-perf: the old engine's c=1 ITL mean ms")
     parser.add_argument("--out", type=Path, default=paths.ROOT / "perf" / "reports" / f"{ENDPOINT}.md")
+    parser.add_argument("--steps", action="store_true",
+                        help="instead: where vLLM's decode step goes in process (1 and 8 sequences, fp32); writes the "
+                             "report's step section")
     args = parser.parse_args(argv)
+    if args.genai_perf:
+        return genai_main(args, argv)
+    if args.steps:
+        t0 = time.perf_counter()
+        results = {b: vllm_steps(b, args.max_tokens) for b in (1, 8)}
+        cmd = "hotpath study generation_compare " + " ".join(argv if argv is not None else sys.argv[1:])
+        run = (f"`{cmd.strip()}`: vLLM float32, eager, greedy, {args.max_tokens} tokens (min_tokens = max_tokens), "
+               f"medians over decode steps; EngineCore's scheduler.schedule, executor.execute_model (forward), "
+               f"executor.sample_tokens, scheduler.update_from_output timed in process; {time.perf_counter() - t0:.0f} s, "
+               f"{_uptime()}.")
+        write_section(args.out, steps_section(results, run), STEPS_BEGIN, STEPS_END)
+        print(f"[generate-perf] step section: {args.out}")
+        return 0
     from hotpath.server.process import server_url
 
     if args.follow_up or args.draft_estimate:
@@ -394,6 +421,213 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(text + _kept_notes(args.out))
     print(f"[generate-perf] report: {args.out}")
     return 0
+
+
+# --- the LLM benchmark: genai-perf's stock flags (issue 26) ----------------------------------------------------
+
+GENAI_SYSTEMS = ("hotpath", "llama.cpp")
+GENAI_CONCURRENCY = (1, 8)
+GENAI_BEGIN = "<!-- genai-perf benchmark: written by `hotpath study generation_compare --genai-perf` -->"
+GENAI_END = "<!-- genai-perf benchmark: end -->"
+
+
+def tokenizer_dir() -> Path:
+    """The served model directory's tokenizer (genai-perf's --tokenizer: synthetic prompts, token counts)."""
+    version = paths.model_repository() / ENDPOINT / "1"
+    found = sorted(version.rglob("tokenizer.json")) if version.is_dir() else []
+    if not found:
+        from hotpath.errors import HotpathError
+
+        raise HotpathError(f"no tokenizer.json under {version}: run `hotpath engines --model {ENDPOINT}`")
+    return found[0].parent
+
+
+def tree_rss_mb(pid: int) -> float:
+    """Resident memory of `pid` and every process below it (Triton: server, stub, the vLLM engine's processes)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return float("nan")
+    total = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            total += proc.memory_info().rss
+    return total / 2**20
+
+
+def listener_pid(port: int) -> int:
+    """The process listening on loopback `port`."""
+    import psutil
+
+    return next(c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
+                and c.status == psutil.CONN_LISTEN and c.pid)
+
+
+@contextlib.contextmanager
+def genai_system(name: str, log: Callable[[str], None] = logger.info):
+    """One system alone, up for genai-perf; yields (target, pid of its process tree, seconds from start to ready)."""
+    import tempfile
+
+    from hotpath.perf.measure.genai_perf import Target
+
+    t0 = time.monotonic()
+    if name == "hotpath":
+        from hotpath.server.admin import admin_key
+        from hotpath.server.ports import free_ports
+        from hotpath.server.process import LocalTriton, ServerPorts
+
+        # A repository holding text_generation only: the server loads nothing else beside it.
+        with tempfile.TemporaryDirectory(prefix="hotpath-genai-") as repo:
+            (Path(repo) / ENDPOINT).symlink_to(paths.model_repository() / ENDPOINT)
+            with LocalTriton(repository=Path(repo), ports=ServerPorts(*free_ports(3)), log=log) as server:
+                yield (Target.triton(ENDPOINT, server.grpc_url, admin_key()), server.process.pid,
+                       time.monotonic() - t0)
+    elif name == "llama.cpp":
+        from hotpath.perf.compare.alternatives import llama_cpp
+
+        with llama_cpp.serving(sequences=max(GENAI_CONCURRENCY), log=log) as (host, port):
+            yield Target.openai(ENDPOINT, f"http://{host}:{port}"), listener_pid(port), time.monotonic() - t0
+    else:
+        raise ValueError(f"unknown system {name!r} (genai-perf: {', '.join(GENAI_SYSTEMS)})")
+
+
+def genai_benchmark(systems: tuple[str, ...], concurrency: tuple[int, ...], requests: dict[int, int],
+                    input_tokens: int, output_tokens: int, log: Callable[[str], None] = logger.info):
+    """genai-perf at every concurrency against each system, one system up at a time.
+    Returns (rows, {label: (load-to-ready s, peak RSS MiB)}, run notes)."""
+    from hotpath.perf.measure import genai_perf
+
+    rows, costs, notes = [], {}, []
+    tokenizer = tokenizer_dir()
+    for name in systems:
+        others = wait_quiet(log)
+        with genai_system(name, log) as (target, pid, load_s):
+            log(f"[genai-perf] {name}: ready in {load_s:.1f} s")
+            rss = tree_rss_mb(pid)
+            for c in concurrency:
+                others = wait_quiet(log)
+                rows.append(genai_perf.profile(target, name, tokenizer, c, requests.get(c, 8 * c),
+                                               input_tokens, output_tokens, log=log))
+                rss = max(rss, tree_rss_mb(pid))
+                r = rows[-1]
+                log(f"[genai-perf] {name:>10} c={c}: {r.output_tokens_per_s:6.1f} tok/s  TTFT p95 {r.ttft_p95_ms:6.0f} ms"
+                    f"  ITL p50 {r.itl_p50_ms:5.1f} mean {r.itl_mean_ms:5.1f} ms")
+                if others is not None:
+                    notes.append(f"{name} c={c}: other processes {others:.2f} cores before the point")
+            costs[name] = (load_s, rss)
+    return rows, costs, notes
+
+
+def genai_goals(rows, costs: dict, old_itl: tuple[float, float] | None) -> list[str]:
+    """Issue 26's goals, each with its figures and MET / MISSED."""
+    by = {(r.label, r.concurrency): r for r in rows}
+    ours8, cpp8, ours1, cpp1 = (by.get(k) for k in (("hotpath", 8), ("llama.cpp", 8), ("hotpath", 1), ("llama.cpp", 1)))
+    mark = (lambda ok: "MET" if ok else "MISSED")
+    lines = []
+    if ours8 and cpp8 and cpp8.output_tokens_per_s and cpp8.ttft_p95_ms:
+        x = ours8.output_tokens_per_s / cpp8.output_tokens_per_s
+        lines.append(f"- c=8 tokens/s {ours8.output_tokens_per_s:.1f} vs llama.cpp {cpp8.output_tokens_per_s:.1f} = "
+                     f"{x:.2f}x (goal >= 2.5x): **{mark(x >= 2.5)}**")
+        y = ours8.ttft_p95_ms / cpp8.ttft_p95_ms
+        lines.append(f"- c=8 TTFT p95 {ours8.ttft_p95_ms:.0f} ms vs llama.cpp {cpp8.ttft_p95_ms:.0f} ms = {y:.2f}x "
+                     f"(goal <= 0.25x): **{mark(y <= 0.25)}**")
+    if ours1 and old_itl:
+        ok = ours1.itl_p50_ms < old_itl[0] and ours1.itl_mean_ms < old_itl[1]
+        lines.append(f"- c=1 ITL p50 / mean {ours1.itl_p50_ms:.1f} / {ours1.itl_mean_ms:.1f} ms vs the old engine's "
+                     f"{old_itl[0]:.1f} / {old_itl[1]:.1f} ms (goal: both below): **{mark(ok)}**")
+    if ours1 and cpp1:
+        lines.append(f"- c=1 ITL p50 / mean vs llama.cpp: {ours1.itl_p50_ms:.1f} / {ours1.itl_mean_ms:.1f} ms vs "
+                     f"{cpp1.itl_p50_ms:.1f} / {cpp1.itl_mean_ms:.1f} ms")
+    if "hotpath" in costs:
+        load_s = costs["hotpath"][0]
+        lines.append(f"- load to ready {load_s:.1f} s (goal <= 45 s): **{mark(load_s <= 45)}**")
+    return lines
+
+
+def genai_section(rows, costs: dict, goals: list[str], run: str) -> str:
+    """The report's benchmark section (between GENAI_BEGIN and GENAI_END)."""
+    from hotpath.perf.measure.genai_perf import markdown_table
+
+    cost_lines = ["| system | load to ready s | peak RSS MiB (process tree) |", "|---|---|---|"]
+    cost_lines += [f"| {name} | {load:.1f} | {rss:.0f} |" for name, (load, rss) in costs.items()]
+    return "\n".join([GENAI_BEGIN, "## LLM benchmark (genai-perf, stock flags)\n", run + "\n", markdown_table(rows), "",
+                      *cost_lines, "", "Goals (issue 26):\n", *goals, GENAI_END])
+
+
+def write_section(path: Path, section: str, begin: str = GENAI_BEGIN, end: str = GENAI_END) -> None:
+    """Replace the part of `path` from `begin` to `end` with `section` (appended when absent); the rest stays."""
+    try:
+        old = path.read_text()
+    except OSError:
+        old = f"# {ENDPOINT}\n"
+    a, b = old.find(begin), old.find(end)
+    text = old[:a] + section + old[b + len(end):] if 0 <= a < b else old.rstrip("\n") + "\n\n" + section + "\n"
+    path.write_text(text)
+
+
+def genai_main(args, argv: list[str] | None) -> int:
+    systems = tuple(s for s in (args.system or GENAI_SYSTEMS))
+    concurrency = tuple(args.concurrency) if args.concurrency != list(CONCURRENCY) else GENAI_CONCURRENCY
+    # perf_analyzer refuses fewer requests than the concurrency.
+    requests = {c: max(c, args.requests) if args.requests else (8 if c == 1 else 4 * c) for c in concurrency}
+    t0 = time.perf_counter()
+    rows, costs, notes = genai_benchmark(systems, concurrency, requests, args.input_tokens, args.max_tokens)
+    from hotpath.perf.measure.genai_perf import GENAI_PERF_VERSION
+
+    cmd = "hotpath study generation_compare " + " ".join(argv if argv is not None else sys.argv[1:])
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), "unknown CPU")
+    run = (f"`{cmd.strip()}` (genai-perf {GENAI_PERF_VERSION}; synthetic prompts of {args.input_tokens} tokens, "
+           f"{args.max_tokens} output tokens each (max_tokens = min_tokens), requests per point "
+           f"{', '.join(f'c={c}: {n}' for c, n in requests.items())}; {cpu}, {os.cpu_count()} cores; "
+           f"{time.perf_counter() - t0:.0f} s, {_uptime()}). hotpath: Triton gRPC streaming, `--endpoint-type kserve "
+           f"--backend vllm`; llama.cpp: node-llama-cpp on the same GGUF (Q4_1), OpenAI `/v1/completions` "
+           f"streaming, `--endpoint-type completions`, 8 sequences, 2 threads."
+           + "".join(f"\n- {n}" for n in notes))
+    old_itl = (args.old_itl_p50, args.old_itl_mean) if args.old_itl_p50 and args.old_itl_mean else None
+    write_section(args.out, genai_section(rows, costs, genai_goals(rows, costs, old_itl), run))
+    print(f"[genai-perf] report section: {args.out}")
+    return 0
+
+
+STEPS_BEGIN = "<!-- vLLM decode steps: written by `hotpath study generation_compare --steps` -->"
+STEPS_END = "<!-- vLLM decode steps: end -->"
+STEP_PARTS = ("scheduler", "forward", "sampling", "update")
+
+
+def vllm_steps(batch: int, max_tokens: int, dtype: str = "float32") -> dict:
+    """Per-step figures (ms) of vLLM decoding `batch` sequences in process (vllm_steps.py in the vLLM venv)."""
+    import subprocess
+    import tempfile
+
+    from hotpath.errors import HotpathError
+    from hotpath.exporters.llm_precision import vllm_python
+
+    with tempfile.TemporaryDirectory(prefix="hotpath-steps-") as tmp:
+        out = Path(tmp) / "steps.json"
+        cores = f"0-{(os.cpu_count() or 1) - 1}"
+        env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": cores, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+               "LC_ALL": "C.UTF-8", "HF_HUB_OFFLINE": "1"}
+        done = subprocess.run([str(vllm_python()), str(Path(__file__).with_name("vllm_steps.py")), str(tokenizer_dir()),
+                               dtype, str(batch), str(max_tokens), str(out)], env=env, capture_output=True, text=True,
+                              timeout=900)
+        if done.returncode != 0 or not out.exists():
+            raise HotpathError("vllm_steps.py failed:\n" + "\n".join(done.stderr.strip().splitlines()[-8:]))
+        return json.loads(out.read_text())
+
+
+def steps_section(results: dict[int, dict], run: str) -> str:
+    lines = [STEPS_BEGIN, "## Where a vLLM decode step goes (in process, no serving)\n", run + "\n",
+             "| sequences | step ms | " + " | ".join(f"{p} ms" for p in STEP_PARTS) + " | loop outside the step ms "
+             "| wall per token ms |", "|---|---|" + "---|" * len(STEP_PARTS) + "---|---|"]
+    for batch, r in sorted(results.items()):
+        outside = r["wall_per_step"] - r["step"]
+        lines.append(f"| {batch} | {r['step']:.1f} | " + " | ".join(f"{r.get(p, 0.0):.1f}" for p in STEP_PARTS)
+                     + f" | {outside:.1f} | {r['wall_per_step']:.1f} |")
+    return "\n".join([*lines, STEPS_END])
 
 
 NOTES_MARKER = "<!-- notes: kept when the report is regenerated -->"

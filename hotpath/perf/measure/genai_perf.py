@@ -132,7 +132,8 @@ def profile(target: Target, label: str, tokenizer: Path, concurrency: int, reque
     exe = venv(log)
     artifact_dir = artifact_dir or paths.work_dir() / "genai-perf" / f"{label.replace(' ', '_')}-c{concurrency}"
     shutil.rmtree(artifact_dir, ignore_errors=True)
-    cmd = command(exe, target, tokenizer, concurrency, requests, input_tokens, output_tokens, artifact_dir)
+    cmd = command(exe, target, tokenizer, concurrency, requests, input_tokens, output_tokens, artifact_dir,
+                  warmup=max(2, concurrency))
     done = subprocess.run(cmd, env=environment(), capture_output=True, text=True, timeout=timeout_s,
                           cwd=paths.work_dir())
     (artifact_dir).mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,9 @@
 // FastAPI alternative, for hotpath.perf.generation_compare.
 //
 //   POST /generate {"tokens": [ids...], "max_tokens": n}  -> one JSON line per generated token
+//   POST /v1/completions {"prompt": text, "max_tokens": n, "min_tokens": m, "stream": true}
+//                                                          -> OpenAI text completion chunks (SSE, [DONE]): what
+//                                                             genai-perf --endpoint-type completions drives
 //   GET  /health                                          -> 200 once the model is loaded
 //
 // The prompt arrives as token ids (hotpath's chat template and tokenizer, the same vocabulary as
@@ -61,13 +64,47 @@ async function generate(body, res) {
   }
 }
 
+// OpenAI /v1/completions, streamed: the prompt text tokenized by llama.cpp; end-of-generation tokens are
+// skipped until min_tokens (genai-perf's fixed output length), then stop the stream.
+async function completions(body, res) {
+  const maxTokens = Number(body.max_tokens || 16);
+  const minTokens = Number(body.min_tokens || 0);
+  const prompt = Array.isArray(body.prompt) ? body.prompt.join("") : body.prompt;  // OpenAI allows a list
+  if (typeof prompt !== "string" || !prompt || !(maxTokens >= 1)) {
+    res.writeHead(400, { "Content-Type": "application/json" });
+    res.end(JSON.stringify({ error: { message: "prompt must be a non-empty string and max_tokens >= 1" } }));
+    return;
+  }
+  const id = `cmpl-${Date.now()}`, created = Math.floor(Date.now() / 1000);
+  const chunk = (text, finish) => "data: " + JSON.stringify({ id, object: "text_completion", created,
+    model: body.model || "llama.cpp", choices: [{ index: 0, text, finish_reason: finish }] }) + "\n\n";
+  const sequence = await acquire();
+  res.writeHead(200, { "Content-Type": "text/event-stream", "Cache-Control": "no-cache" });
+  const generated = [];
+  let sent = 0, finish = "length";
+  try {
+    for await (const token of sequence.evaluate(model.tokenize(prompt), { temperature: 0 })) {
+      if (model.isEogToken(token) && generated.length >= minTokens) { finish = "stop"; break; }
+      generated.push(token);
+      const text = model.detokenize(generated);
+      res.write(chunk(text.slice(sent), null));
+      sent = text.length;
+      if (generated.length >= maxTokens) break;
+    }
+  } finally {
+    res.end(chunk("", finish) + "data: [DONE]\n\n");
+    await release(sequence);
+  }
+}
+
 const server = http.createServer((req, res) => {
   if (req.method === "GET" && req.url === "/health") {
     res.writeHead(200, { "Content-Type": "application/json" });
     res.end(JSON.stringify({ ready: true, sequences }));
     return;
   }
-  if (req.method !== "POST" || req.url !== "/generate") {
+  const route = { "/generate": generate, "/v1/completions": completions }[req.url];
+  if (req.method !== "POST" || !route) {
     res.writeHead(404);
     res.end();
     return;
@@ -77,7 +114,7 @@ const server = http.createServer((req, res) => {
   req.on("end", () => {
     let body;
     try { body = JSON.parse(data); } catch { res.writeHead(400); res.end("body is not JSON"); return; }
-    generate(body, res).catch((err) => {
+    route(body, res).catch((err) => {
       if (!res.headersSent) res.writeHead(500);
       res.end(String(err && err.stack || err));
     });
