@@ -44,3 +44,26 @@ def test_a_short_tuning_run(explicit_url, tmp_path):
     assert record.with_suffix(".start.json").exists()
     report = (tmp_path / f"tune-{slo.endpoint}.md").read_text()
     assert trials[2].change in report and "Winner: trial" in report
+
+
+def test_quick_tune_keeps_its_result_per_host_and_never_touches_the_specs(explicit_url, tmp_path):
+    from hotpath import paths
+    from hotpath.hardware_key import HardwareKey
+    from hotpath.knobs import read_knobs as knobs_of
+    from hotpath.perf.tune.quick import run_quick
+    from hotpath.repository import read_config
+    from hotpath.tuned_values import judge, load
+
+    slo = load_slos("cpu")["text_embedding"]
+    specs = {p.name: p.read_text() for p in paths.model_specs_dir().glob("*.toml")}
+    lines: list[str] = []
+    tuned, path = run_quick(explicit_url, [slo], max_trials=1, path=tmp_path / "tuned.json", log=lines.append)
+    assert path == tmp_path / "tuned.json" and load(path).hardware == HardwareKey.detect()
+    assert judge(load(path), HardwareKey.detect(), path).state == "match"
+    assert "text_embedding" in tuned.endpoints and tuned.seconds > 0 and tuned.command.endswith("text_embedding")
+    # One trial is the start itself: nothing moved, nothing differs from the committed defaults.
+    committed = knobs_of(read_config(paths.model_repository() / "sentence_embedder"))
+    assert all(committed.get(k) != v for kn in tuned.models.values() for k, v in kn.items())
+    assert tuned.models == {}
+    assert {p.name: p.read_text() for p in paths.model_specs_dir().glob("*.toml")} == specs
+    assert any("tuned values for this host" in line for line in lines)
