@@ -5,13 +5,13 @@ Unset: no Redis, every replica counts its own quotas and keeps no shared cache (
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from hotpath import settings
 from hotpath.errors import HotpathError
 
-URL_ENV = "HOTPATH_REDIS_URL"
+URL_ENV = settings.redis_url.name
 DEFAULT_PORT = 6379
 # Every Redis call of a request must be short: a slow Redis must not stall the requests it serves. A
 # call to a loopback / same-zone Redis takes well under 1 ms; past this the call counts as failed.
@@ -60,5 +60,5 @@ def parse_url(url: str) -> RedisTarget:
 
 def from_env() -> RedisTarget | None:
     """The target `HOTPATH_REDIS_URL` names, or None when it is unset or empty."""
-    url = os.environ.get(URL_ENV, "")
+    url = settings.redis_url()
     return parse_url(url) if url else None
