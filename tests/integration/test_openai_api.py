@@ -54,9 +54,22 @@ def _contract_generation() -> str | None:
 
 @pytest.fixture(scope="module")
 def api(triton):
-    with OpenAIServer(triton.grpc_url, free_ports(1)[0], aliases=[f"{ALIAS}={MODEL}"],
+    with OpenAIServer(triton.grpc_url, free_ports(1)[0], triton.repository, aliases=[f"{ALIAS}={MODEL}"],
                       extra_args=["--max-body-bytes", str(MAX_BODY)]) as server:
         yield server
+
+
+@pytest.fixture(scope="module")
+def chat_api(generation_triton):
+    """The API beside the session's text_generation server (tests/integration/conftest.py)."""
+    with OpenAIServer(generation_triton.grpc_url, free_ports(1)[0], generation_triton.repository) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def chat_sdk(chat_api):
+    with openai.OpenAI(base_url=chat_api.base_url, api_key="unused", max_retries=0) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +195,7 @@ def test_unknown_field_is_refused_naming_it(sdk):
 
 def test_rate_limit_error_at_capacity(triton):
     """One request holds the only slot (its body never finishes arriving); the next gets 429 + Retry-After."""
-    with OpenAIServer(triton.grpc_url, free_ports(1)[0], extra_args=["--max-in-flight", "1"]) as api:
+    with OpenAIServer(triton.grpc_url, free_ports(1)[0], triton.repository, extra_args=["--max-in-flight", "1"]) as api:
         held = socket.create_connection((api.host, api.port))
         try:
             held.sendall(b"POST /v1/embeddings HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
@@ -204,7 +217,7 @@ def test_rate_limit_error_at_capacity(triton):
 
 def test_authentication_error_with_a_key(triton):
     env = {**os.environ, "HOTPATH_OPENAI_API_KEY": "k" * 40}
-    with OpenAIServer(triton.grpc_url, free_ports(1)[0], env=env) as api:
+    with OpenAIServer(triton.grpc_url, free_ports(1)[0], triton.repository, env=env) as api:
         with openai.OpenAI(base_url=api.base_url, api_key="wrong", max_retries=0) as client:
             with pytest.raises(openai.AuthenticationError):
                 client.embeddings.create(model=MODEL, input="x")
@@ -221,17 +234,13 @@ def test_models_health_and_metrics(sdk, api):
     assert sdk.models.retrieve(ALIAS).id == ALIAS
     with pytest.raises(openai.NotFoundError):
         sdk.models.retrieve("image_classification")   # not an embedding or generation endpoint
-    assert api.health() == (200, {"status": "ok", "models": sorted({MODEL, "text_embedding_exact"} | _generation())})
+    assert api.health() == (200, {"status": "ok", "models": [MODEL, "text_embedding_exact"]})
     before = _metric(api, "hotpath_openai_requests_total", route="embeddings", code="404")
     with pytest.raises(openai.NotFoundError):
         sdk.embeddings.create(model="missing", input="x")
     assert _metric(api, "hotpath_openai_requests_total", route="embeddings", code="404") == before + 1
     assert _metric(api, "hotpath_openai_tokens_total", model=MODEL, kind="prompt") > 0
     assert _metric(api, "hotpath_openai_request_duration_seconds_count", route="embeddings") > 0
-
-
-def _generation() -> set[str]:
-    return set() if _contract_generation() else {"text_generation"}
 
 
 # -- bad bodies: each a 4xx in the OpenAI shape, the server alive after all of them
@@ -358,7 +367,7 @@ def test_api_never_outlives_its_parent(triton):
     parent = subprocess.Popen([sys.executable, "-c", (
         "import sys, time\n"
         "from hotpath.openai_api.process import OpenAIServer\n"
-        f"api = OpenAIServer({triton.grpc_url!r}, {port}).start()\n"
+        f"api = OpenAIServer({triton.grpc_url!r}, {port}, {str(triton.repository)!r}).start()\n"
         "print(api.process.pid, flush=True)\n"
         "time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
     try:
@@ -391,7 +400,8 @@ PROMPT = [{"role": "system", "content": "You answer in one short sentence."},
 
 
 @chat
-def test_chat_greedy_streamed_equals_not_streamed(sdk):
+def test_chat_greedy_streamed_equals_not_streamed(chat_sdk):
+    sdk = chat_sdk
     whole = sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_tokens=24, seed=1)
     chunks = list(sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_tokens=24, seed=1,
                                               stream=True, stream_options={"include_usage": True}))
@@ -403,7 +413,8 @@ def test_chat_greedy_streamed_equals_not_streamed(sdk):
 
 
 @chat
-def test_chat_length_and_stop(sdk):
+def test_chat_length_and_stop(chat_sdk):
+    sdk = chat_sdk
     short = sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_completion_tokens=2)
     assert short.choices[0].finish_reason == "length" and short.usage.completion_tokens == 2
     full = sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_tokens=24)
@@ -413,7 +424,8 @@ def test_chat_length_and_stop(sdk):
 
 
 @chat
-def test_completions_and_async_stream(api):
+def test_completions_and_async_stream(chat_api):
+    api = chat_api
     async def run():
         async with openai.AsyncOpenAI(base_url=api.base_url, api_key="unused", max_retries=0) as client:
             whole = await client.completions.create(model=GEN, prompt="Once upon a time", temperature=0, max_tokens=12)
@@ -426,7 +438,8 @@ def test_completions_and_async_stream(api):
 
 
 @chat
-def test_chat_refusals_are_typed(sdk):
+def test_chat_refusals_are_typed(chat_sdk):
+    sdk = chat_sdk
     for field, value in (("n", 2), ("logprobs", True), ("response_format", {"type": "json_object"}),
                          ("logit_bias", {"1": 5})):
         with pytest.raises(openai.BadRequestError) as err:
