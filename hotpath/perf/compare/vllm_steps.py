@@ -22,6 +22,7 @@ import time
 
 def main(model: str, dtype: str, batch: int, max_tokens: int, result_path: str, reps: int = 3) -> int:
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")   # GiB; else vLLM reserves 92% of RAM
     from vllm import LLM, SamplingParams
 
     llm = LLM(model=model, dtype=dtype, enforce_eager=True, distributed_executor_backend="uni", max_model_len=1024,
@@ -45,7 +46,7 @@ def main(model: str, dtype: str, batch: int, max_tokens: int, result_path: str, 
     timed(core.scheduler, "update_from_output", "update")
     timed(core.model_executor, "execute_model", "forward")
     timed(core.model_executor, "sample_tokens", "sampling")
-    step = core.step
+    step = core.step_fn          # what the in-process client calls: step, or step_with_batch_queue
 
     def step_wrapper(*args, **kwargs):
         current.clear()
@@ -59,7 +60,7 @@ def main(model: str, dtype: str, batch: int, max_tokens: int, result_path: str, 
             for k, v in current.items():
                 times.setdefault(k, []).append(v)
         return out
-    core.step = step_wrapper
+    core.step_fn = step_wrapper
 
     prompts = [f"Write a short story about a robot named Unit {i} who learns to paint." for i in range(batch)]
     params = SamplingParams(max_tokens=max_tokens, min_tokens=max_tokens, temperature=0.0)
