@@ -161,7 +161,7 @@ BAD_REQUESTS = {
     "sampling a list": ({"text_input": "hi", "sampling_parameters": "[1]"}, "must be a JSON object"),
     "unknown key": ({"text_input": "hi", "sampling_parameters": '{"beam_width": 2}'}, "unknown key 'beam_width'"),
     "max_tokens 0": ({"text_input": "hi", "sampling_parameters": '{"max_tokens": 0}'}, "max_tokens must be"),
-    "max_tokens text": ({"text_input": "hi", "sampling_parameters": '{"max_tokens": "8"}'}, "max_tokens must be"),
+    "max_tokens text": ({"text_input": "hi", "sampling_parameters": '{"max_tokens": "eight"}'}, "max_tokens"),
     "max_tokens float": ({"text_input": "hi", "sampling_parameters": '{"max_tokens": 2.5}'}, "max_tokens must be"),
     "max_tokens bool": ({"text_input": "hi", "sampling_parameters": '{"max_tokens": true}'}, "max_tokens must be"),
     "max_tokens 2^32+4": ({"text_input": "hi", "sampling_parameters": '{"max_tokens": 4294967300}'},
@@ -317,14 +317,14 @@ def test_streams_beyond_the_kv_space_are_preempted_and_keep_their_output(generat
     stream still ends with the text it gets alone."""
     prompts = [f"Tell a very long story about ship number {i}." for i in range(4)]
     with GenerationClient(generation_url, timeout_s=600) as c:
-        alone = {p: c.generate(p, max_tokens=200, raw=True).text for p in prompts}
+        alone = {p: c.generate(p, max_tokens=200).text for p in prompts}
     before = _metric(generation_triton, "hotpath_generation_preemptions_total", model=MODEL)
     results, errors = {}, []
 
     def run(i, prompt):
         try:
             with GenerationClient(generation_url, timeout_s=600) as c:
-                results[i] = c.generate(prompt, max_tokens=200, raw=True)
+                results[i] = c.generate(prompt, max_tokens=200)
         except Exception as exc:  # surfaced below with the prompt
             errors.append((prompt, exc))
 
@@ -341,8 +341,10 @@ def test_streams_beyond_the_kv_space_are_preempted_and_keep_their_output(generat
 
 
 def _long(i):
-    return _raw_inputs({"text_input": f"Tell a very long story about ship number {i}.", "stream": True,
-                        "exclude_input_in_output": True, "sampling_parameters": '{"max_tokens": 500}'})
+    # A chat turn: as raw text a request ending in "." may get the end-of-turn token first.
+    chat = json.dumps([{"role": "user", "content": f"Tell a very long story about ship number {i}."}])
+    return _raw_inputs({"messages": chat, "stream": True, "exclude_input_in_output": True,
+                        "sampling_parameters": '{"max_tokens": 500}'})
 
 
 def test_a_full_admission_queue_refuses_at_once_and_cancelled_streams_free_their_sequences(generation_triton):
@@ -410,10 +412,14 @@ def test_engine_processes_go_with_an_unload_a_killed_stub_and_a_killed_server(bu
         control = grpcclient.InferenceServerClient(server.grpc_url)
 
         def engine():
-            (stub,) = stub_pids(server.process.pid, MODEL)
-            procs = _engine_processes(stub)
-            assert len(procs) >= 2, procs   # the engine process and vLLM's EngineCore (and worker)
-            return stub, procs
+            deadline = time.monotonic() + 600   # a load: the stub, then vLLM's processes
+            while time.monotonic() < deadline:
+                stubs = stub_pids(server.process.pid, MODEL)
+                procs = _engine_processes(stubs[0]) if len(stubs) == 1 else []
+                if len(procs) >= 2:   # the engine process and vLLM's EngineCore (and worker)
+                    return stubs[0], procs
+                time.sleep(0.5)
+            raise AssertionError(f"no text_generation stub with its engine: {stub_pids(server.process.pid, MODEL)}")
 
         # 1. Unload: finalize closes the engine's pipe.
         _, procs = engine()

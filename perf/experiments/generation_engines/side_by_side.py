@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import queue
 import statistics
 import threading
@@ -98,7 +99,7 @@ def load(url, make, concurrency, rounds):
     ttft = sorted(t[0] for t, _ in records if t)
     gaps = [b - a for t, _ in records for a, b in zip(t, t[1:])]
     tokens = sum(n for _, n in records)
-    return {"ttft_p50_ms": 1000 * statistics.median(ttft), "ttft_p95_ms": 1000 * ttft[int(0.95 * (len(ttft) - 1))],
+    return {"ttft_p50_ms": 1000 * statistics.median(ttft), "ttft_p95_ms": 1000 * ttft[min(len(ttft) - 1, math.ceil(0.95 * len(ttft)) - 1)],
             "itl_p50_ms": 1000 * statistics.median(gaps), "itl_mean_ms": 1000 * statistics.fmean(gaps),
             "tokens_per_s": tokens / wall, "streams": len(records)}
 
