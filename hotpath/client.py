@@ -286,7 +286,7 @@ class Hit:
     document: str
 
 
-def _text(value) -> str:
+def _decoded(value) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else str(value)
 
 
@@ -319,7 +319,7 @@ class RetrievalClient(EndpointClient):
             if k is not None:
                 inputs.append(_tensor("TOP_K", np.full((len(texts[part]), 1), k, dtype=np.int64), "INT64"))
             r = self._call(inputs)
-            out.extend([Hit(_text(i), float(s), _text(d)) for i, s, d in zip(ids, scores, docs)]
+            out.extend([Hit(_decoded(i), float(s), _decoded(d)) for i, s, d in zip(ids, scores, docs)]
                        for ids, scores, docs in zip(r["IDS"], r["SCORES"], r["DOCUMENTS"]))
         return out
 

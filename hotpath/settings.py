@@ -110,6 +110,10 @@ pg_dsn = _setting("PG_DSN", None, _optional, "PostgreSQL DSN of the pgvector sto
 retrieval_data_dir = _setting("RETRIEVAL_DATA_DIR", None, _optional,
                               "the in-process vector store's data (WAL) directory (or its `data_dir` parameter)")
 
+# text_generation's engine (hotpath.runtime.llm, hotpath.exporters.llm_precision).
+vllm_python = _setting("VLLM_PYTHON", None, _optional, "the vLLM environment's interpreter "
+                       "(default .venv-vllm/bin/python, which scripts/setup.sh creates)")
+
 # The fleet's shared state (hotpath.shared_state).
 redis_url = _setting("REDIS_URL", None, _optional, "the fleet's Redis, redis://[:password@]host:port/db[?timeout_ms=N]: "
                      "shared quotas and exact cache of the gateway replicas (unset: each replica its own)")

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from hotpath import paths
+from hotpath import paths, settings
 from hotpath.errors import BuildError
 
 Log = Callable[[str], None]
@@ -148,10 +148,10 @@ def reference_scores(windows: list[list[int]]) -> Scores:
 
 def llama_cpp_scores(windows: list[list[int]], threads: int = 2, log: Log = print) -> Scores:
     """llama.cpp (node-llama-cpp, pinned) on the GGUF as it is: Q4_1 weights, its own kernels."""
+    from hotpath.exporters.node_llama_cpp import ensure_installed
     from hotpath.exporters.smollm2 import gguf_path
-    from hotpath.perf.compare.alternatives import llama_cpp
 
-    entry = llama_cpp.ensure_installed(log)
+    entry = ensure_installed(log)
     env = {**os.environ, "NODE_LLAMA_CPP_ENTRY": str(entry), "MODEL": str(gguf_path()), "THREADS": str(threads)}
     done = subprocess.run(["node", str(LLAMA_CPP_SCRIPT)], input=json.dumps({"windows": windows}), env=env,
                           capture_output=True, text=True, timeout=3600)
@@ -162,7 +162,7 @@ def llama_cpp_scores(windows: list[list[int]], threads: int = 2, log: Log = prin
 
 def vllm_python() -> Path:
     """The vLLM environment's interpreter (scripts/setup.sh creates .venv-vllm from requirements-vllm.txt)."""
-    return Path(os.environ.get("HOTPATH_VLLM_PYTHON", paths.ROOT / ".venv-vllm" / "bin" / "python"))
+    return Path(settings.vllm_python() or paths.ROOT / ".venv-vllm" / "bin" / "python")
 
 
 def vllm_scores(model_dir: Path, windows: list[list[int]], dtype: str, quantization: str | None = None,
@@ -177,8 +177,7 @@ def vllm_scores(model_dir: Path, windows: list[list[int]], dtype: str, quantizat
                                        "quantization": quantization, "windows": windows}))
         # 2 compute threads on the 2-core hosts (../shared/RUNTIME_NOTES.md: 'auto' keeps one).
         cores = f"0-{(os.cpu_count() or 1) - 1}"
-        env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND", cores),
-               "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "LC_ALL": "C.UTF-8", "HF_HUB_OFFLINE": "1"}
+        env = {"VLLM_CPU_OMP_THREADS_BIND": cores, **os.environ, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "LC_ALL": "C.UTF-8", "HF_HUB_OFFLINE": "1"}
         done = subprocess.run([str(python), str(VLLM_SCRIPT), str(request), str(result)], env=env,
                               capture_output=True, text=True, timeout=1800)
         if done.returncode != 0 or not result.exists():
@@ -201,9 +200,9 @@ def anchors(windows: list[list[int]], log: Log = print) -> tuple[Scores, Scores]
     """(fp32 reference, llama.cpp Q4_1) scores, cached under .hotpath/precision/ by GGUF digest, corpus, versions."""
     from importlib.metadata import version
 
+    from hotpath.exporters.node_llama_cpp import NODE_LLAMA_CPP_VERSION
     from hotpath.exporters.smollm2 import gguf_path
     from hotpath.fingerprint import file_digest
-    from hotpath.perf.compare.alternatives.llama_cpp import NODE_LLAMA_CPP_VERSION
 
     key = _digest({"gguf": file_digest(gguf_path()), "windows": _digest(windows), "transformers": version("transformers"),
                    "torch": version("torch"), "node-llama-cpp": NODE_LLAMA_CPP_VERSION,
