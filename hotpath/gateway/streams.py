@@ -35,6 +35,9 @@ GRPC_ERROR_HEADER = "triton_grpc_error"   # crashed tritonserver 2.51 (SIGSEGV):
 _HOP_HEADERS = {STREAM_TENANT_HEADER, GRPC_ERROR_HEADER, "authorization", "content-type", "te", "user-agent", "grpc-accept-encoding",
                 "grpc-encoding", "grpc-timeout"}
 MAX_DIM = 2**31 - 1
+# /charge is asked with a GET whose line NGINX bounds (8 KiB header buffers): a longer name, percent-encoded,
+# would be refused there as a header fault, so it is refused here first. No model has such a name.
+MAX_MODEL_NAME = 1024
 CHARGE_TIMEOUT_S = 5.0
 OUT_QUEUE = 64   # responses buffered per stream before the relay stops reading from the replica
 
@@ -62,7 +65,10 @@ def requested_tokens(request: service_pb2.ModelInferRequest) -> int:
 
 def malformed(request: service_pb2.ModelInferRequest) -> tuple[str, str] | None:
     """What front_door.lua refuses in a unary call's message: a dimension past 2^31-1 (Triton 2.51 keeps a
-    batch size in 32 bits: 2^32 + 1 is served as 1; 0 with data was served too), a parameter of REFUSED_PARAMETERS."""
+    batch size in 32 bits: 2^32 + 1 is served as 1; 0 with data was served too), a parameter of
+    REFUSED_PARAMETERS; and a model name too long to ask /charge about."""
+    if len(request.model_name.encode()) > MAX_MODEL_NAME:
+        return "INVALID_ARGUMENT", f"gateway: a model name is at most {MAX_MODEL_NAME} bytes"
     if any(not 1 <= d <= MAX_DIM for tensor in request.inputs for d in tensor.shape):
         return "INVALID_ARGUMENT", "gateway: an input's shape holds a dimension that is not 1..2^31-1"
     maps = [request.parameters, *(t.parameters for t in request.inputs), *(t.parameters for t in request.outputs)]
