@@ -161,9 +161,16 @@ def _stop(proc: subprocess.Popen) -> str:
         deadline = time.monotonic() + 30
         while alive and time.monotonic() < deadline:   # tritonserver drains for a few seconds
             time.sleep(0.5)
-            alive = [pid for pid in alive if Path(f"/proc/{pid}").exists()
-                     and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"]
+            alive = [pid for pid in alive if _running(pid)]
     return proc.communicate()[0]
+
+
+def _running(pid: int) -> bool:
+    """`pid` exists and is no zombie; a process reaped between two reads of /proc is not running."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def _parse_results(work: Path, seconds: float) -> ModelAnalyzerResult:
