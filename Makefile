@@ -5,11 +5,12 @@ HOTPATH   := $(VENV)/bin/hotpath
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup engines serve test test-unit perf perf-quick perf-compare perf-check soak tune clean help
+.PHONY: setup engines serve test test-fast test-unit perf perf-quick perf-compare perf-check soak tune clean help
 
 help:
 	@echo "make serve   set up, build the model repository, start Triton, show a real request"
-	@echo "make test    set up, then run the unit and integration tests (real tritonserver)"
+	@echo "make test    set up, then run every tier: unit, tools (nginx, Postgres, linters) and integration (real tritonserver)"
+	@echo "make test-fast  the unit tier only: no server, no external tool, under a minute"
 	@echo "make engines export models and write config.pbtxt files (incremental)"
 	@echo "make perf    perf_analyzer sweeps of every endpoint -> perf/reports/perf.md (PERF_ARGS=--quick)"
 	@echo "make perf-compare  the same, side by side with the alternatives -> perf/reports/compare.md"
@@ -30,8 +31,10 @@ serve: engines
 test: setup
 	@$(PY) -m pytest -q
 
-test-unit: setup
+test-fast: setup
 	@$(PY) -m pytest -q tests/unit
+
+test-unit: test-fast
 
 perf: engines
 	@$(HOTPATH) perf $(PERF_ARGS)

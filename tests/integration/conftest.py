@@ -7,8 +7,6 @@ alone, started on first use), with the test settings of GENERATION_TEST_PARAMETE
 
 import pytest
 
-from hotpath import paths
-from hotpath.repository_build import build_repository
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
 from hotpath.server.subset import linked
@@ -37,12 +35,6 @@ def generation_repository(target, built, **parameters):
 def _serve(repository, **kwargs):
     http, grpc, metrics = free_ports(3)
     return LocalTriton(repository, ports=ServerPorts(http=http, grpc=grpc, metrics=metrics), **kwargs)
-
-
-@pytest.fixture(scope="session")
-def built_repository():
-    build_repository()  # incremental: does nothing when `make engines` already ran
-    return paths.model_repository()
 
 
 @pytest.fixture(scope="session")

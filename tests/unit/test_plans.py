@@ -1,7 +1,6 @@
 """The TensorRT path up to the builder call: options, profiles, plan configs, folding, parity, inventory."""
 
 import copy
-import json
 import subprocess
 import sys
 
@@ -338,13 +337,6 @@ def test_check_against_a_named_gpu(tmp_path):
     assert "text_encoder/1 model.sm90.plan: stale" in run.stdout
 
 
-def test_engines_without_tensorrt_says_so_in_one_line_and_builds_onnx():
-    run = _hotpath("engines", "--model", "text_encoder")
-    assert run.returncode == 0, run.stdout + run.stderr
-    lines = [line for line in run.stdout.splitlines() if "TensorRT" in line]
-    assert len(lines) == 1 and lines[0].startswith("[engines] TensorRT plans skipped: no TensorRT")
-    assert (paths.model_repository() / "text_encoder" / "1" / "model.onnx").is_file()
-    assert json.loads((paths.model_repository() / "text_encoder" / "configs" / "tensorrt.build.json").read_text())
 
 
 def test_record_writes_the_manifest_a_fresh_plan_is_judged_by(tmp_path):

@@ -1,16 +1,11 @@
-"""hotpath.shared_state and the gateway's Redis parts without NGINX: the URL, the tenants' Redis keys,
-the exact cache's key, the GCRA script run in a real redis-server, and LocalRedis's lifetime."""
+"""hotpath.shared_state and the gateway's Redis parts without NGINX or a redis-server: the URL, the tenants'
+Redis keys, the exact cache's key, the gateway config's cache filters (the redis-server tests are in
+tests/tools/test_shared_state_redis.py)."""
 
 import hashlib
 import json
 import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
-import psutil
 import pytest
 
 from hotpath.errors import HotpathError
@@ -19,16 +14,8 @@ from hotpath.gateway.front_door import CONFIG_FILE, GCRA_SCRIPT, PublicModel
 from hotpath.gateway.tenants import new_token, parse_tenants
 from hotpath.nginx.directives import render
 from hotpath.repository import Repository
-from hotpath.shared_state.cache_key import ExactCache, cache_key, repository_build
-from hotpath.shared_state.quota import SharedBudget, rate_key, tokens_key
-from hotpath.shared_state.server import LocalRedis, ping
+from hotpath.shared_state.cache_key import cache_key, repository_build
 from hotpath.shared_state.target import RedisTarget, parse_url
-
-
-@pytest.fixture(scope="module")
-def redis():
-    with LocalRedis() as server:
-        yield server
 
 
 def test_urls():
@@ -67,73 +54,16 @@ def test_cache_key_and_build_fingerprint(tmp_path):
     assert len({first, second, repository_build(Repository(tmp_path))}) == 3, "a rebuild changes every key"
 
 
-def _gcra(client, key, rate, burst, cost):
-    allowed, wait_us = client.eval(GCRA_SCRIPT.read_text(), 1, key, f"{1e6 / rate:.3f}", burst, cost)
-    return allowed, wait_us
 
 
-def test_gcra_script_admits_burst_plus_one_then_the_rate(redis):
-    client = redis.target.client()
-    key = f"hotpath:rate:t{time.time_ns()}"
-    assert [_gcra(client, key, 1, 2, 1)[0] for _ in range(4)] == [1, 1, 1, 0]   # 1/s: burst 2 + 1 at once
-    allowed, wait_us = _gcra(client, key, 1, 2, 1)
-    assert allowed == 0 and 0 < wait_us <= 1_000_000
-    ttl = client.pttl(key)
-    assert 0 < ttl <= 4000, "the key lives as long as its budget is in use"
-    stored = client.get(key).decode()
-    assert stored.isdigit() and len(stored) >= 16, "microseconds written in full, not as 1.7e+15"
 
 
-def test_python_services_share_the_gateways_budget(redis):
-    """SharedBudget (the OpenAI API's way) runs the gateway's script on the gateway's keys."""
-    client = redis.target.client()
-    client.script_flush()   # as after a Redis restart: EVALSHA answers NOSCRIPT, the script is sent again
-    budget = SharedBudget(client)
-    tenant = f"t{time.time_ns()}"
-    assert budget.take(tokens_key(tenant), 100 / 60, 99, 60) == (True, 0)   # 100 per minute, burst 99
-    assert budget.take(tokens_key(tenant), 100 / 60, 99, 60) == (False, 12)   # 40 left: 20 more come in 12 s
-    assert _gcra(client, tokens_key(tenant), 100 / 60, 99, 40)[0] == 1   # the raw script sees the same key
-    assert budget.take(tokens_key(tenant), 100 / 60, 99, 101) == (False, None)
-    assert budget.take(rate_key(tenant), 5, 0) == (True, 0) and budget.take(rate_key(tenant), 5, 0) == (False, 1)
 
 
-def test_exact_cache_for_python_callers(redis):
-    cache = ExactCache(redis.target.client(), "b1", ttl_s=60)
-    assert cache.get("ns", "chat", b"req") is None
-    cache.put("ns", "chat", b"req", b"answer")
-    assert cache.get("ns", "chat", b"req") == b"answer" and cache.get("other", "chat", b"req") is None
-    assert 0 < redis.target.client().ttl(cache.key("ns", "chat", b"req")) <= 60
-    down = ExactCache(RedisTarget("127.0.0.1", redis.port + 1 if redis.port < 65535 else 1, timeout_ms=50).client(),
-                      "b1")
-    assert down.get("ns", "chat", b"req") is None   # an unreachable Redis is a miss, not an error
-    down.put("ns", "chat", b"req", b"x")
 
 
-def test_local_redis_never_outlives_its_owner(tmp_path):
-    owner = subprocess.Popen([sys.executable, "-c", "from hotpath.shared_state.server import LocalRedis\n"
-                              "import sys, time\nr = LocalRedis().start()\nprint(r.process.pid, r.port, flush=True)\n"
-                              "time.sleep(600)"], stdout=subprocess.PIPE, text=True)
-    pid, port = map(int, owner.stdout.readline().split())
-    assert ping("127.0.0.1", port)
-    owner.send_signal(signal.SIGKILL)   # no cleanup code runs
-    owner.wait()
-    deadline = time.monotonic() + 30
-    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-        assert time.monotonic() < deadline, "redis-server outlived its owner"
-        time.sleep(0.05)
-    assert not ping("127.0.0.1", port)
 
 
-def test_local_redis_killed_comes_back_empty_on_its_port():
-    with LocalRedis() as server:
-        client = server.target.client()
-        client.set("k", "v")
-        server.kill()
-        assert not ping("127.0.0.1", server.port)
-        server.start()
-        assert client.get("k") is None and ping("127.0.0.1", server.port)
-        data_dir = server.dir
-    assert not Path(data_dir).exists() and server.process.poll() is not None
 
 
 def test_config_with_redis_has_the_cache_filters_and_the_status_server(tmp_path):

@@ -196,7 +196,7 @@ def test_q4_export_runs_in_the_generation_engine_like_transformers(tiny_q4):
     from hotpath.runtime.generation.decoder import Decoder, ModelInfo
     from hotpath.runtime.generation.engine import Engine, EngineSettings
     from hotpath.runtime.generation.params import Limits, parse_params
-    from tests.unit.test_generation import Collect, run_all
+    from tests.tools.test_generation import Collect, run_all
 
     tiny, q4_path, _, _, _ = tiny_q4
     decoder = Decoder(q4_path, ModelInfo.load(tiny.info_path), intra_op_threads=1)
