@@ -1,11 +1,13 @@
 """`hotpath engines` run for real on a host without TensorRT: it says so in one line and builds the ONNX model
-into model_repository/ (a build step: minutes on a fresh clone, an incremental no-op after `make engines`)."""
+into model_repository/ (a build step: minutes on a fresh clone, an incremental no-op after `make engines`);
+`engines --check` over the built version folders lists every missing plan."""
 
 import json
 import subprocess
 import sys
 
 from hotpath import paths
+from hotpath.tensorrt.recipe import read_recipe
 
 
 def _hotpath(*args):
@@ -20,3 +22,12 @@ def test_engines_without_tensorrt_says_so_in_one_line_and_builds_onnx():
     assert len(lines) == 1 and lines[0].startswith("[engines] TensorRT plans skipped: no TensorRT")
     assert (paths.model_repository() / "text_encoder" / "1" / "model.onnx").is_file()
     assert json.loads((paths.model_repository() / "text_encoder" / "configs" / "tensorrt.build.json").read_text())
+
+
+def test_check_lists_every_missing_plan_and_fails(built_repository):
+    run = _hotpath("engines", "--check", "--model", "text_encoder", "--tensorrt", "10.5.0")
+    assert run.returncode == 1, run.stdout + run.stderr
+    recipe = read_recipe(built_repository / "text_encoder")
+    for cc in recipe.compute_capabilities:
+        assert f"text_encoder/1: missing: no plan built for GPU ? (cc {cc}), TensorRT 10.5.0" in run.stdout
+    assert f"0 ok, {len(recipe.compute_capabilities)} missing" in run.stdout

@@ -72,36 +72,3 @@ def test_spans_become_trace_records_with_frontend_and_compute_stamps():
 
 def test_empty_export_has_no_spans():
     assert spans([ExportTraceServiceRequest()]) == []
-
-
-def _entrypoint_args(tmp_path, env: dict) -> list[str]:
-    """The tritonserver command line docker/entrypoint.sh would exec, captured by a stand-in binary."""
-    import os
-    import subprocess
-    import sys
-
-    from hotpath import paths
-
-    fake = tmp_path / "tritonserver"
-    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
-    fake.chmod(0o755)
-    run_env = {**os.environ, "TRITONSERVER": str(fake), "PYTHON": sys.executable, "HOTPATH_ADMIN_KEY": "k",
-               "MODEL_REPOSITORY": str(paths.model_repository()), "HOTPATH_CACHE_DIR": str(tmp_path / "cache"), **env}
-    out = subprocess.run(["bash", str(paths.ROOT / "docker" / "entrypoint.sh")], env=run_env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    return out.stdout.splitlines()
-
-
-def test_container_flag_passes_the_same_trace_flags_as_hotpath_serve(tmp_path):
-    url = "collector.observability:4318/v1/traces"
-    args = _entrypoint_args(tmp_path, {"HOTPATH_TRACE_OTLP_URL": url, "HOTPATH_TRACE_RATE": "50"})
-    flags = OtlpTracing(url, rate=50).flags()
-    assert [a for a in args if a.startswith("--trace-config")] == flags
-    assert "--metrics-config=summary_latencies=true" in args
-
-
-def test_container_traces_nothing_by_default(tmp_path):
-    args = _entrypoint_args(tmp_path, {"HOTPATH_TRACE_OTLP_URL": ""})
-    assert not [a for a in args if a.startswith("--trace-config")]
-    assert "--metrics-config=summary_latencies=true" in args

@@ -4,11 +4,10 @@ import json
 
 import pytest
 
-from hotpath import paths, tuned_values
+from hotpath import paths
 from hotpath.hardware_key import FEATURES, HardwareKey, parse_cpuinfo
 from hotpath.perf.tune.quick import overrides
 from hotpath.repository import read_config
-from hotpath.server.staging import stage_repository
 from hotpath.tuned_values import TunedValues, judge, load
 
 CPUINFO = """processor\t: 0
@@ -65,30 +64,6 @@ def test_unreadable_file_means_defaults(tmp_path):
     (tmp_path / "tuned.json").write_text("{not json")
     assert load(tmp_path / "tuned.json") is None
     assert load(tmp_path / "absent.json") is None
-
-
-def test_staging_applies_matching_values_and_leaves_the_repository_alone(tmp_path, monkeypatch):
-    monkeypatch.setattr(tuned_values, "default_path", lambda container=False: tmp_path / "tuned.json")
-    repo = paths.model_repository()
-    committed = read_config(repo / "sentence_embedder")
-    threads = committed.parameters["one_text_thread_count"].string_value
-    new = "1" if threads != "1" else "2"
-    TunedValues(HardwareKey.detect(), {"sentence_embedder": {"one_text_thread_count": int(new)}}, "now").save()
-    lines: list[str] = []
-    stage_repository(repo, tmp_path / "staged", log=lines.append)
-    staged = read_config(tmp_path / "staged" / "sentence_embedder")
-    assert staged.parameters["one_text_thread_count"].string_value == new
-    assert (tmp_path / "staged" / "sentence_embedder" / "1").resolve() == (repo / "sentence_embedder" / "1").resolve()
-    assert read_config(repo / "sentence_embedder").parameters["one_text_thread_count"].string_value == threads
-    assert any("applying tuned values" in line for line in lines)
-    # Measured on other hardware: the committed value is served and the log says so.
-    other = HardwareKey("another CPU", ("avx2",), 64)
-    TunedValues(other, {"sentence_embedder": {"one_text_thread_count": int(new)}}, "then").save()
-    lines.clear()
-    stage_repository(repo, tmp_path / "staged2", log=lines.append)
-    staged = read_config(tmp_path / "staged2" / "sentence_embedder")
-    assert staged.parameters["one_text_thread_count"].string_value == threads
-    assert any("FOREIGN" in line for line in lines)
 
 
 def test_overrides_keep_only_what_differs_from_the_committed_specs():
