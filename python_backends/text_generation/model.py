@@ -116,7 +116,10 @@ class Stream:
 
     def cancelled(self):
         sender = self.sender
-        return sender is not None and sender.is_cancelled()
+        try:
+            return sender is not None and sender.is_cancelled()
+        except Exception:  # noqa: BLE001 - the reader closed this sender meanwhile: nothing left to cancel
+            return False
 
 
 class TritonPythonModel:
@@ -217,16 +220,25 @@ class TritonPythonModel:
         (UNAVAILABLE) once an unload or a shutdown began. Idle, it makes no call (Triton unloads an idle
         model at once)."""
         while not self.stopping.wait(WATCH_S):
-            with self.lock:
-                streams = list(self.streams.items())
-            if not streams:
-                continue
-            for rid, stream in streams:
-                if stream.cancelled():
-                    self.engine.abort(rid)
-            if not self._still_served(is_ready):
-                self._drain("the model is being unloaded (server shutdown or model unload); retry later")
-                return
+            try:
+                if self._watch_once(is_ready):
+                    return
+            except Exception as exc:  # noqa: BLE001 - a dead watcher would leave streams holding a shutdown
+                pb_utils.Logger.log_warn(f"text_generation: watcher round failed: {exc!r}")
+
+    def _watch_once(self, is_ready):
+        """One round; True once the streams were ended for an unload or a shutdown."""
+        with self.lock:
+            streams = list(self.streams.items())
+        if not streams:
+            return False
+        for rid, stream in streams:
+            if stream.cancelled():
+                self.engine.abort(rid)
+        if self._still_served(is_ready):
+            return False
+        self._drain("the model is being unloaded (server shutdown or model unload); retry later")
+        return True
 
     def _still_served(self, is_ready):
         box, done = [], threading.Event()
@@ -248,7 +260,10 @@ class TritonPythonModel:
             streams, self.streams = dict(self.streams), {}
         for rid, stream in streams.items():
             self.engine.abort(rid)
-            stream.fail(message, pb_utils.TritonError.UNAVAILABLE)
+            try:
+                stream.fail(message, pb_utils.TritonError.UNAVAILABLE)
+            except Exception as exc:  # noqa: BLE001 - one closed sender must not keep the others open
+                pb_utils.Logger.log_warn(f"text_generation: ending request {rid} failed: {exc!r}")
 
     def finalize(self):
         self.stopping.set()

@@ -87,9 +87,9 @@ def repository(triton, tmp_path):   # the session server's fixture builds the re
     return _copy(triton.repository, tmp_path)
 
 
-def _server(repository, **kwargs) -> LocalTriton:
+def _server(repository, exit_timeout_s: int = EXIT_TIMEOUT_S, **kwargs) -> LocalTriton:
     return LocalTriton(repository, ServerPorts(*free_ports(3)), log=lambda m: None,
-                       exit_timeout_s=EXIT_TIMEOUT_S, **kwargs)
+                       exit_timeout_s=exit_timeout_s, **kwargs)
 
 
 def _summary(calls) -> str:
@@ -100,7 +100,9 @@ def test_sigterm_under_load_drains_refuses_as_unavailable_and_exits_in_time(repo
     server = _server(repository).start()
     readiness: list[tuple[float, bool]] = []
     try:
-        with Load(server.grpc_url) as load:
+        # One model (the Python step itself) and a two-step ensemble: text_embedding is a one-step ensemble,
+        # whose in-flight request Triton may refuse while stopping (the rule for ensembles below).
+        with Load(server.grpc_url, endpoints=(STEP, ENSEMBLE)) as load:
             time.sleep(2.0)
             killed = time.monotonic()
             server.process.send_signal(signal.SIGTERM)
@@ -116,11 +118,11 @@ def test_sigterm_under_load_drains_refuses_as_unavailable_and_exits_in_time(repo
     assert exited - killed <= EXIT_TIMEOUT_S + 1, f"exit took {exited - killed:.1f} s"
     before = [c for c in calls if c.end < killed]
     assert len(before) > 20 and not [c for c in before if c.error], _summary(before)
-    # In flight at the signal: the one-model endpoint's requests all finish. An ensemble's request whose
+    # In flight at the signal: the one model's requests all finish. An ensemble's request whose
     # next step had not started is refused by that stopped step (Triton 2.51 stops every model at once,
     # triton-inference-server/server#6287): allowed, but only as UNAVAILABLE.
     in_flight = [c for c in calls if c.start < killed <= c.end]
-    assert not [c for c in in_flight if c.endpoint == SINGLE and c.error], _summary(in_flight)
+    assert not [c for c in in_flight if c.endpoint == STEP and c.error], _summary(in_flight)
     after = [c for c in calls if c.start >= killed]
     refused = [c for c in after if c.error]
     assert len(refused) > 10, _summary(after)
@@ -174,7 +176,11 @@ def test_sigterm_ends_streams_in_flight_promptly_and_retryably(built_repository,
     either finished or got UNAVAILABLE "being unloaded" (retryable elsewhere; Triton finalizes a decoupled
     model only once every response sender is closed, so running streams would hold the shutdown for the
     longest generation), and the server exits well within its exit timeout."""
-    server = _server(_copy(built_repository, tmp_path, ["text_generation"])).start(timeout=600)   # vLLM loads
+    # The production exit timeout (30 s): vLLM's own shutdown takes ~5 s after the streams ended (its process
+    # manager waits that long for EngineCore), past half of this module's 10 s.
+    exit_timeout_s = 30
+    server = _server(_copy(built_repository, tmp_path, ["text_generation"]),
+                     exit_timeout_s=exit_timeout_s).start(timeout=600)   # vLLM loads
     events: dict[int, list] = {i: [] for i in range(3)}
 
     def stream(i: int) -> None:
@@ -199,11 +205,11 @@ def test_sigterm_ends_streams_in_flight_promptly_and_retryably(built_repository,
         running = [i for i, got in events.items() if not any(isinstance(e, Generation) for e in got)]
         for t in threads:
             t.join(60)
-        server.process.wait(EXIT_TIMEOUT_S + 5)
+        server.process.wait(exit_timeout_s + 5)
         exit_s = time.monotonic() - killed
     finally:
         server.stop()
-    assert server.process.returncode == 0 and exit_s <= EXIT_TIMEOUT_S / 2, exit_s
+    assert server.process.returncode == 0 and exit_s <= exit_timeout_s / 2, exit_s
     assert running, "every stream ended before the signal: nothing was in flight"
     for i, got in events.items():
         last = got[-1]

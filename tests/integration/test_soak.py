@@ -32,9 +32,12 @@ def test_unique_jpeg_decodes_to_the_same_pixels():
 
 
 @pytest.fixture(scope="module")
-def soak():
+def soak(built_repository):
+    from conftest import all_but_generation
+
     http, grpc, metrics = free_ports(3)
-    with LocalTriton(ports=ServerPorts(http=http, grpc=grpc, metrics=metrics), cache_bytes=2 * 2**20) as server:
+    with LocalTriton(all_but_generation(built_repository), ports=ServerPorts(http=http, grpc=grpc, metrics=metrics),
+                     cache_bytes=2 * 2**20) as server:
         yield run_soak(server.grpc_url, server.process.pid, 30.0, RATES, sample_s=2.0,
                        metrics_url=server.metrics_url, tail_s=6.0)
 

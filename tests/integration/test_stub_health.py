@@ -28,6 +28,9 @@ from hotpath.server.watchdog import Watchdog
 ENDPOINT_OF = {"tokenizer": "text_embedding_exact", "text_encoder": "text_embedding_exact",
                "sentence_embedder": "text_embedding", "image_preprocess": "image_classification",
                "image_classifier": "image_classification", "text_generation": "text_generation"}
+# Seconds from the kill until the endpoint must serve again: a reload of vLLM (text_generation) takes
+# 40-80 s on an idle 2-core host and minutes beside other load; the other models reload in about a second.
+RECOVERY_S = {"text_generation": 600}
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +97,8 @@ def test_kill_each_stub_under_load_recovers(server, configs, model):
         while not stop.is_set():
             result = probe(server.grpc_url, endpoint, timeout_s=10)
             outcomes.append((time.monotonic(), result.ok))
+            if not result.ok:
+                time.sleep(1.0)   # a client backing off: one failure per second at most while the model restarts
 
     worker = threading.Thread(target=load)
     worker.start()
@@ -102,7 +107,7 @@ def test_kill_each_stub_under_load_recovers(server, configs, model):
         before = stub_census(server.process.pid)[model]
         killed_at = time.monotonic()
         os.kill(_stub_pid(server, model), signal.SIGKILL)
-        deadline = killed_at + 90
+        deadline = killed_at + RECOVERY_S.get(model, 90)
         while not (guard.recoveries and guard.recoveries[-1].recovered_at) and time.monotonic() < deadline:
             time.sleep(0.1)
         # Serving again: three requests answered after the recovery (on a busy host the load is slow, so
@@ -133,5 +138,6 @@ def test_kill_each_stub_under_load_recovers(server, configs, model):
     assert recovery.detected_at - killed_at < 5.0, "neither the census nor the probe saw the dead stub"
     # The tail of the load succeeds, and failures stay those in flight around the kill and restart.
     assert after[-3:] == [True, True, True], after
-    assert failed <= 15, f"{model}: {failed} failed requests"  # measured 1-9; each one fails after ~1 s
+    # Measured 1-9 for the one-second reloads; a client backing off fails once a second while a reload runs.
+    assert failed <= 15 + recovery.seconds, f"{model}: {failed} failed requests in a {recovery.seconds:.0f} s restart"
     assert probe(server.grpc_url, endpoint).ok

@@ -348,35 +348,71 @@ def _long(i):
                         "sampling_parameters": '{"max_tokens": 500}'})
 
 
-def test_a_full_admission_queue_refuses_at_once_and_cancelled_streams_free_their_sequences(generation_triton):
-    """max_num_seqs + max_queue requests in flight: the next is UNAVAILABLE at once (never a hang);
-    cancelling the streams aborts their sequences in vLLM, and a new request then runs."""
-    from hotpath import paths
-    from hotpath.spec import load_spec
+SMALL = {"max_num_seqs": 2, "max_queue": 2}   # an admission limit of 4: cheap to fill on 2 cores
 
-    params = load_spec(paths.model_specs_dir() / f"{MODEL}.toml").config.parameters
-    limit = int(params["max_num_seqs"].string_value) + int(params["max_queue"].string_value)
-    holders = [_RawStream(generation_triton.grpc_url) for _ in range(limit)]
+
+@pytest.fixture(scope="module")
+def small_generation(built_repository, tmp_path_factory):
+    """text_generation alone with an admission limit of 4, under explicit model control (the lifetime test
+    unloads, reloads and finally kills this server: it runs last)."""
+    from conftest import GENERATION_TEST_PARAMETERS, _serve, generation_repository
+
+    server = _serve(generation_repository(tmp_path_factory.mktemp("small"), built_repository,
+                                          **GENERATION_TEST_PARAMETERS, **SMALL),
+                    model_control="explicit", log=lambda m: None)
+    server.start(timeout=600)
+    yield server
+    server.stop()
+
+
+def _idle(server, limit_s: float = 120) -> bool:
+    """The engine runs and queues nothing (its stats, published about every second, say so)."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if _metric(server, "hotpath_generation_running") + _metric(server, "hotpath_generation_waiting") == 0:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_a_full_admission_queue_refuses_at_once_and_cancelled_streams_free_their_sequences(small_generation):
+    """max_num_seqs + max_queue requests in flight: the next is UNAVAILABLE at once (never a hang);
+    cancelling the streams aborts their sequences in vLLM (the engine goes idle long before 4 x 500 tokens
+    could have been generated), and as many requests as the limit are then accepted again."""
+    limit = SMALL["max_num_seqs"] + SMALL["max_queue"]
+    holders = [_RawStream(small_generation.grpc_url) for _ in range(limit)]
     try:
         for i, h in enumerate(holders):
             h.send(_long(i), request_id=str(i))
-        for h in holders[:2]:   # generating (the others generate or wait in vLLM's queue)
+        for h in holders[:SMALL["max_num_seqs"]]:   # generating (the others wait in vLLM's queue)
             result, error = h.responses.get(timeout=300)
             assert error is None, error.message()
-        extra = _RawStream(generation_triton.grpc_url)
+        extra = _RawStream(small_generation.grpc_url)
         try:
             extra.send(_long("extra"))
-            (_, error), = extra.finals(1, timeout=60)
+            (_, error), = extra.finals(1, timeout=120)
         finally:
             extra.close()
         assert error is not None and error.startswith("text_generation: [UNAVAILABLE] admission queue full"), error
     finally:
         for h in holders:
             h.close()   # cancels each request: its sequence is aborted
-    # Had the cancelled sequences kept running, this one would wait behind ~48 x 500 tokens (hours here) or be
-    # refused (their requests still counted in flight).
-    with GenerationClient(generation_triton.grpc_url, timeout_s=300) as c:
-        assert c.generate("Say OK.", max_tokens=4).finish_reason in ("length", "stop")
+    assert _idle(small_generation), "cancelled streams kept their sequences running or queued in vLLM"
+    # Had the cancelled requests stayed counted in flight, these would be refused as queue full.
+    again = [_RawStream(small_generation.grpc_url) for _ in range(limit)]
+    try:
+        for i, h in enumerate(again):
+            h.send(_short(i), request_id=f"again-{i}")
+        outcomes = [h.finals(1, timeout=300)[0] for h in again]
+    finally:
+        for h in again:
+            h.close()
+    assert all(error is None for _, error in outcomes), outcomes
+
+
+def _short(i):
+    return _raw_inputs({"messages": json.dumps([{"role": "user", "content": f"Say OK {i}."}]), "stream": True,
+                        "exclude_input_in_output": True, "sampling_parameters": '{"max_tokens": 4}'})
 
 
 # ---- the engine never outlives its model ----------------------------------------------------------------
@@ -401,14 +437,12 @@ def _gone(procs, limit_s):
     return [f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in alive]
 
 
-def test_engine_processes_go_with_an_unload_a_killed_stub_and_a_killed_server(built_repository, tmp_path):
-    from conftest import GENERATION_TEST_PARAMETERS, _serve, generation_repository
-
+def test_engine_processes_go_with_an_unload_a_killed_stub_and_a_killed_server(small_generation):
     from hotpath.server.admin import admin_headers
+    from hotpath.server.model_control import load_config, served_config
+    from hotpath.server.watchdog import RESTART_PARAMETER
 
-    server = _serve(generation_repository(tmp_path, built_repository, **GENERATION_TEST_PARAMETERS),
-                    model_control="explicit", log=lambda m: None)
-    server.start(timeout=600)
+    server = small_generation
     try:
         control = grpcclient.InferenceServerClient(server.grpc_url)
 
@@ -436,8 +470,12 @@ def test_engine_processes_go_with_an_unload_a_killed_stub_and_a_killed_server(bu
             with pytest.raises(ClientError):
                 list(stream)
         assert not _gone(procs, 60), "engine processes outlived their SIGKILLed stub"
-        # 3. tritonserver SIGKILLed: the stub's watcher kills the stub, the engine follows.
-        control.load_model(MODEL, headers=admin_headers())
+        # 3. tritonserver SIGKILLed: the stub's watcher kills the stub, the engine follows. A load of an
+        # unchanged model is a no-op for Triton (its dead stub would stay): reload with a new config, as the
+        # watchdog does (hotpath.server.watchdog).
+        config = served_config(control, MODEL)
+        config.parameters[RESTART_PARAMETER].string_value = f"{time.time():.6f}"
+        load_config(control, MODEL, config)
         stub, procs = engine()
         server.process.send_signal(signal.SIGKILL)
         server.process.wait(30)

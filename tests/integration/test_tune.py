@@ -17,9 +17,12 @@ pytestmark = pytest.mark.slow   # minutes of load: `pytest -m 'not slow'` leaves
 
 
 @pytest.fixture(scope="module")
-def explicit_url(triton):   # the session server's fixture builds the repository first
+def explicit_url(built_repository):
+    from conftest import all_but_generation
+
     http, grpc, metrics = free_ports(3)
-    with LocalTriton(ports=ServerPorts(http, grpc, metrics), model_control="explicit") as server:
+    with LocalTriton(all_but_generation(built_repository), ports=ServerPorts(http, grpc, metrics),
+                     model_control="explicit") as server:
         yield server.grpc_url
 
 

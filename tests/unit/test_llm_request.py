@@ -67,7 +67,8 @@ def test_null_sampling_values_mean_the_default():
 
 
 def test_engine_settings():
-    s = from_parameters({"dtype": "auto", "max_num_seqs": "8", "enable_prefix_caching": "false", "restart": "1"})
+    s = from_parameters({"dtype": "auto", "max_num_seqs": "8", "enable_prefix_caching": "false", "restart": "1",
+                         "hotpath.restarted_at": "1764800000.5"})   # the watchdog's reload marker
     assert s.max_num_seqs == 8 and s.enable_prefix_caching is False and s.kv_cache_mib == EngineSettings.kv_cache_mib
     assert s.resolved_dtype({"avx2", "amx_bf16"}) == "bfloat16" and s.resolved_dtype({"avx2", "avx512f"}) == "float32"
     assert from_parameters({"dtype": "bfloat16"}).resolved_dtype(set()) == "bfloat16"   # the spec wins

@@ -72,9 +72,14 @@ class EngineClient:
             self._send(message)
 
     def abort(self, request_id: str) -> None:
+        """Abort a request in the engine (its last reply follows); nothing when the engine is gone (the
+        reader then ends every open request)."""
         with self._lock:
             if request_id in self._replies and self.process.poll() is None:
-                self._send({"op": "abort", "id": request_id})
+                try:
+                    self._send({"op": "abort", "id": request_id})
+                except EngineGone:
+                    pass
 
     @property
     def in_flight(self) -> int:

@@ -81,7 +81,7 @@ def from_parameters(params: dict[str, str]) -> EngineSettings:
     """Settings from Triton parameters (string values); raises SettingsError naming the key."""
     values = {}
     for key, text in params.items():
-        if key in IGNORED or key.startswith("hotpath_"):
+        if key in IGNORED or key.startswith(("hotpath_", "hotpath.")):   # hotpath.restarted_at: the watchdog's reload
             continue
         if key not in FIELDS:
             raise SettingsError(key, f"unknown engine setting (known: {', '.join(sorted(FIELDS))})")
