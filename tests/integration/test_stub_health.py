@@ -16,7 +16,6 @@ import pytest
 
 from hotpath.health.__main__ import main as health_main
 from hotpath.health.probe import endpoint_configs, probe
-from hotpath.paths import model_repository
 from hotpath.repository import Repository
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
@@ -25,24 +24,28 @@ from hotpath.server.watchdog import Watchdog
 
 # Which endpoint's requests go through each model with a Python stub (on this server the ONNX models
 # run in the Python ORT runner, so they have stubs too).
+# text_generation is not here: its stub is in a response send nearly always under load, and a stub killed
+# there can abort tritonserver 2.51 itself (boost::interprocess::lock_exception, triton-inference-server/
+# server#8882). Its killed stub (engine processes gone, the watchdog's reload) is tested idle in
+# test_text_generation.py, on a server of its own.
 ENDPOINT_OF = {"tokenizer": "text_embedding_exact", "text_encoder": "text_embedding_exact",
                "sentence_embedder": "text_embedding", "image_preprocess": "image_classification",
-               "image_classifier": "image_classification", "text_generation": "text_generation"}
-# Seconds from the kill until the endpoint must serve again: a reload of vLLM (text_generation) takes
-# 40-80 s on an idle 2-core host and minutes beside other load; the other models reload in about a second.
-RECOVERY_S = {"text_generation": 600}
+               "image_classifier": "image_classification"}
 
 
 @pytest.fixture(scope="module")
-def server():
+def server(built_repository):
+    from conftest import all_but_generation
+
     http, grpc, metrics = free_ports(3)
-    with LocalTriton(ports=ServerPorts(http=http, grpc=grpc, metrics=metrics), model_control="explicit") as s:
+    with LocalTriton(all_but_generation(built_repository), ports=ServerPorts(http=http, grpc=grpc, metrics=metrics),
+                     model_control="explicit") as s:
         yield s
 
 
 @pytest.fixture(scope="module")
-def configs():
-    return {c.name: c for c in endpoint_configs(Repository(model_repository()))}
+def configs(server):
+    return {c.name: c for c in endpoint_configs(Repository(server.repository))}
 
 
 def _stub_pid(server: LocalTriton, model: str) -> int:
@@ -62,11 +65,11 @@ def _ready(server: LocalTriton, model: str = "") -> int:
 
 def test_probe_fails_where_readiness_lies(server):
     """Without a watchdog: the stub is gone, ready still says 200, the probe says the truth."""
-    assert health_main(["--url", server.grpc_url, "--repository", str(model_repository())]) == 0
+    assert health_main(["--url", server.grpc_url, "--repository", str(server.repository)]) == 0
     os.kill(_stub_pid(server, "tokenizer"), signal.SIGKILL)
     time.sleep(0.5)
     assert _ready(server) == 200 and _ready(server, "tokenizer") == 200, "Triton 2.51 changed: update the docs"
-    assert health_main(["--url", server.grpc_url, "--repository", str(model_repository()), "--quiet"]) == 1
+    assert health_main(["--url", server.grpc_url, "--repository", str(server.repository), "--quiet"]) == 1
 
 
 def test_watchdog_recovers_a_stub_found_dead_by_the_probe(server, configs):
@@ -107,7 +110,7 @@ def test_kill_each_stub_under_load_recovers(server, configs, model):
         before = stub_census(server.process.pid)[model]
         killed_at = time.monotonic()
         os.kill(_stub_pid(server, model), signal.SIGKILL)
-        deadline = killed_at + RECOVERY_S.get(model, 90)
+        deadline = killed_at + 90
         while not (guard.recoveries and guard.recoveries[-1].recovered_at) and time.monotonic() < deadline:
             time.sleep(0.1)
         # Serving again: three requests answered after the recovery (on a busy host the load is slow, so
