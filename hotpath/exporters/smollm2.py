@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
-import json
 import os
 import tempfile
 import time
@@ -31,8 +30,7 @@ PARITY_PROMPTS = [
     "def fibonacci(n):\n    ",
     "Низкая задержка важнее средней. 🚀",
 ]
-FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-         "generation.json")
+FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
 
 
 def gguf_path() -> Path:
@@ -72,24 +70,6 @@ def load_reference():
     return model.eval(), tokenizer
 
 
-def generation_settings(model, tokenizer) -> dict:
-    """What the runtime needs besides the graph: cache geometry, stop tokens, chat template."""
-    cfg = model.config
-    eos = cfg.eos_token_id if isinstance(cfg.eos_token_id, list) else [cfg.eos_token_id]
-    eos = sorted({int(e) for e in eos if e is not None} | {int(tokenizer.eos_token_id)})
-    return {
-        "layers": cfg.num_hidden_layers,
-        "kv_heads": cfg.num_key_value_heads,
-        "head_dim": getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads,
-        "vocab_size": cfg.vocab_size,
-        "max_position_embeddings": cfg.max_position_embeddings,
-        "eos_token_ids": eos,
-        "bos_token": tokenizer.bos_token,
-        "eos_token": tokenizer.eos_token,
-        "chat_template": tokenizer.chat_template,
-    }
-
-
 class SmolLM2Exporter(Exporter):
     name = "smollm2"
 
@@ -121,10 +101,6 @@ class SmolLM2Exporter(Exporter):
             model.save_pretrained(tmp, safe_serialization=True)
             tokenizer.save_pretrained(tmp)
             _check_weights(Path(tmp), model)
-            # Cache geometry, stop tokens and chat template in one file: the perf studies' llama.cpp and
-            # former-engine systems read it (hotpath.perf.compare).
-            (Path(tmp) / "generation.json").write_text(
-                json.dumps(generation_settings(model, tokenizer), indent=2, ensure_ascii=False) + "\n")
             _check_tokenizer(Path(tmp) / "tokenizer.json", tokenizer)
             files = sorted(p.name for p in Path(tmp).iterdir() if p.is_file())
             missing = set(FILES) - set(files)
@@ -132,7 +108,7 @@ class SmolLM2Exporter(Exporter):
                 raise BuildError(f"{spec.name}: save_pretrained wrote no {', '.join(sorted(missing))}")
             for old in version_dir.iterdir():
                 if old.is_file() and old.name not in files and not old.name.startswith("."):
-                    old.unlink()   # the ONNX decoder export of earlier builds
+                    old.unlink()   # earlier builds' files (the former engine's ONNX decoder, generation.json)
             for name in files:
                 os.replace(Path(tmp) / name, version_dir / name)
         size = (version_dir / "model.safetensors").stat().st_size

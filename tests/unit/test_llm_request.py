@@ -78,3 +78,22 @@ def test_engine_settings():
         from_parameters({"default_max_tokens": "600"})
     with pytest.raises(SettingsError, match="omp_threads_bind"):
         from_parameters({"omp_threads_bind": "0-1;rm"})
+
+
+def test_engine_settings_are_validated_at_build_time():
+    """text_generation's [parameters] (vLLM engine settings) fail `hotpath engines`, naming the key."""
+    from hotpath.exporters.smollm2 import SmolLM2Exporter
+    from hotpath.spec import spec_from_dict
+
+    def spec(**params):
+        return spec_from_dict({"backend": "python", "parameters": params,
+                               "hotpath": {"kind": "python", "python_backend": "text_generation",
+                                           "exporter": "smollm2"}}, "text_generation")
+
+    assert SmolLM2Exporter().source_files(spec(dtype="float32", max_num_seqs=4))
+    for params, key in (({"dtype": "float8"}, "dtype"), ({"max_num_seqs": 0}, "max_num_seqs"),
+                        ({"kv_cache_mib": "lots"}, "kv_cache_mib"), ({"enforce_eager": "maybe"}, "enforce_eager"),
+                        ({"max_batch": 16}, "max_batch"),
+                        ({"max_tokens_limit": 4096, "max_model_len": 2048}, "max_tokens_limit")):
+        with pytest.raises(Exception, match=f"parameters.{key}"):
+            SmolLM2Exporter().source_files(spec(**params))

@@ -9,7 +9,7 @@ import torch
 
 from hotpath.errors import HotpathError
 from hotpath.perf.compare.alternatives.generation_fastapi import TokenStreamer
-from hotpath.perf.compare.generation import one_at_a_time, report
+from hotpath.perf.compare.generation import draft_steps, lookup_draft, no_prefix_cache, one_at_a_time, report
 from hotpath.perf.measure.streaming import (
     StreamRecord,
     markdown_table,
@@ -81,12 +81,26 @@ def test_report_gives_the_batching_ratio_and_the_slo_verdict():
     assert markdown_table(rows).count("\n") == len(rows) + 2
 
 
-def test_one_at_a_time_sets_a_single_slot():
+def test_one_at_a_time_sets_a_single_slot_and_no_prefix_cache_turns_it_off():
     from tritonclient.grpc import model_config_pb2 as mc
 
+    from hotpath.runtime.llm.settings import from_parameters
+
     config = mc.ModelConfig(name="text_generation")
-    config.parameters["max_batch"].string_value = "8"
-    assert one_at_a_time(config).parameters["max_batch"].string_value == "1"
+    config.parameters["max_num_seqs"].string_value = "8"
+    assert one_at_a_time(config).parameters["max_num_seqs"].string_value == "1"
+    off = no_prefix_cache(mc.ModelConfig(name="text_generation"))
+    settings = from_parameters({k: v.string_value for k, v in off.parameters.items()})  # keys the engine accepts
+    assert settings.enable_prefix_caching is False
+
+
+def test_prompt_lookup_draft_and_its_pass_count():
+    assert lookup_draft([1, 2, 3, 9, 1, 2, 3], k=4) == [9, 1, 2, 3]     # the latest earlier 3-gram's successors
+    assert lookup_draft([4, 1, 2, 5, 2], k=2) == [5, 2]                 # falls back to the last token alone
+    assert lookup_draft([5, 6, 7], k=2) == []
+    # 7 tokens: a pass with no draft, a pass accepting 4 copied tokens (+1 own), a pass whose draft fails.
+    assert draft_steps([1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6, 7], k=4) == 3
+    assert draft_steps([9], [1, 2, 3], k=4) == 3                        # nothing to copy: one token per pass
 
 
 def test_token_streamer_skips_the_prompt_and_stop_tokens():

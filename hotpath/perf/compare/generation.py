@@ -1,21 +1,20 @@
 """Text generation side by side in one run: TTFT, ITL and tokens/s at each concurrency for
 
-  hotpath             the text_generation endpoint as built (continuous batching), through Triton
-  in-process          the same export and engine settings driven in this process (no Triton, no gRPC,
-                      no stub I/O): the difference to `hotpath` is what serving costs
-  one-at-a-time       the same model and code, reloaded with max_batch = 1: requests run in turn
+  hotpath             the text_generation endpoint as built (vLLM, continuous batching), through Triton
+                      (hotpath.client.GenerationClient, gRPC streaming)
+  one-at-a-time       the same model and code, reloaded with max_num_seqs = 1: requests run in turn
   fastapi-transformers transformers `generate` + a per-token streamer behind FastAPI
   llama.cpp           node-llama-cpp (prebuilt CPU llama.cpp) on the same GGUF file, one context
                       with a sequence per stream (installed into .hotpath/llama-cpp/ on first use)
 
-Every system gets the same greedy prompts (llama.cpp: the same prompt token ids) and max_tokens.
-The export's weights (fp32 / q4, build/text_generation.toml [hotpath] weights) are named in the
-report; `--tag` suffixes the labels of this run's rows and `--merge` keeps the rows of earlier runs
-(kept as JSON in .hotpath/perf/<report name>.json), so one report can hold fp32 and q4 builds side by side.
+Every system gets the same greedy prompts (llama.cpp: the same prompt token ids, from the served model's
+tokenizer and chat template) and max_tokens. The served dtype (build/text_generation.toml [parameters] dtype)
+is named in the report; `--tag` suffixes the labels of this run's rows and `--merge` keeps the rows of earlier
+runs (kept as JSON in .hotpath/perf/<report name>.json), so one report can hold e.g. float32 and bfloat16 runs.
 
     hotpath study generation_compare            # own server; report -> perf/reports/text_generation.md
     hotpath study generation_compare --url localhost:8001   # a server with explicit model control
-    hotpath study generation_compare --system in-process --system hotpath --tag q4 --merge
+    hotpath study generation_compare --system hotpath --tag bf16 --merge
     hotpath study generation_compare --follow-up   # follow-up chat turns' TTFT, prefix cache on vs off
     hotpath study generation_compare --genai-perf  # the LLM benchmark: genai-perf's stock flags, c=1 and c=8,
                                                    # hotpath (vLLM in Triton) vs llama.cpp, each alone on the host
@@ -34,9 +33,9 @@ from pathlib import Path
 from typing import Callable
 
 from hotpath import paths
+from hotpath.perf.compare.served_model import chat_ids, served_dtype, served_tokenizer, tokenizer_dir
 from hotpath.perf.measure.streaming import (
     StreamingStats,
-    engine_sender,
     markdown_table,
     meets,
     ndjson_sender,
@@ -50,29 +49,29 @@ from hotpath.slo import StreamingSlo, load_streaming_slos
 logger = logging.getLogger(__name__)
 
 ENDPOINT = "text_generation"
-SYSTEMS = ("hotpath", "in-process", "one-at-a-time", "fastapi-transformers", "llama.cpp")
+SYSTEMS = ("hotpath", "one-at-a-time", "fastapi-transformers", "llama.cpp")
 DEFAULT_SYSTEMS = ("hotpath", "one-at-a-time", "fastapi-transformers", "llama.cpp")
 TRITON_SYSTEMS = ("hotpath", "one-at-a-time")
 CONCURRENCY = (1, 4, 8, 16)
 
 
 def one_at_a_time(config):
-    """one-at-a-time: the same endpoint with one KV slot, so the loop never batches."""
-    config.parameters["max_batch"].string_value = "1"
+    """one-at-a-time: the same endpoint decoding one sequence at a time, so vLLM never batches."""
+    config.parameters["max_num_seqs"].string_value = "1"
     return config
 
 
 def no_prefix_cache(config):
-    """The same endpoint with the block prefix cache off (the system turn is still shared)."""
-    config.parameters["prefix_cache_tokens"].string_value = "0"
+    """The same endpoint with vLLM's prefix cache off (every turn prefills its whole chat)."""
+    config.parameters["enable_prefix_caching"].string_value = "false"
     return config
 
 
 FOLLOW_UPS = ("Tell me more about that.", "Now sum it all up in one sentence.")
 
 
-def follow_up_turns(url: str, max_tokens: int, prompts: list[str]) -> list[list[tuple[float, int, list[int]]]]:
-    """Three-turn chats, one at a time: per conversation, (TTFT ms, prompt tokens, token ids) of each turn."""
+def follow_up_turns(url: str, max_tokens: int, prompts: list[str]) -> list[list[tuple[float, int, str]]]:
+    """Three-turn chats, one at a time: per conversation, (TTFT ms, prompt tokens, reply text) of each turn."""
     from hotpath.client import GenerationClient
 
     out = []
@@ -81,7 +80,7 @@ def follow_up_turns(url: str, max_tokens: int, prompts: list[str]) -> list[list[
             history, turns = [], []
             for text in (prompt, *FOLLOW_UPS):
                 r = client.generate(text, max_tokens=max_tokens, history=history)
-                turns.append((r.ttft_s * 1000.0, r.prompt_tokens, r.token_ids))
+                turns.append((r.ttft_s * 1000.0, r.prompt_tokens, r.text))
                 history += [text, r.text]
             out.append(turns)
     return out
@@ -111,7 +110,7 @@ def compare_follow_ups(url: str, max_tokens: int, prompts: list[str], log: Calla
         tokens = statistics.median(c[t][1] for c in runs["on"])
         lines.append(f"| {t + 1} | {tokens:.0f} | {q['on'][0]:.0f} / {q['on'][1]:.0f} | {q['off'][0]:.0f} / "
                      f"{q['off'][1]:.0f} | {q['off'][0] / q['on'][0]:.2f} |")
-    lines.append(f"\nGreedy tokens of every turn identical with and without the cache: {'yes' if same else 'NO'} "
+    lines.append(f"\nGreedy replies of every turn identical with and without the cache: {'yes' if same else 'NO'} "
                  f"({len(runs['on'])} conversations x {1 + len(FOLLOW_UPS)} turns each way).")
     return "\n".join(lines)
 
@@ -141,64 +140,22 @@ def draft_steps(prompt: list[int], reply: list[int], k: int) -> int:
 
 def draft_estimate(url: str, max_tokens: int, prompts: list[str], k: int = 4) -> str:
     """Tokens per forward pass that exact prompt-lookup speculation would give on these replies
-    (first turns and follow-ups), from the served greedy tokens: an upper bound on its ITL gain."""
-    from tokenizers import Tokenizer
+    (first turns and follow-ups), from the served greedy replies (re-tokenized: the client gets text, not
+    token ids): an upper bound on its ITL gain."""
+    from hotpath.client import chat_messages
 
-    from hotpath.runtime.generation.chat import encode_prompt
-    from hotpath.runtime.generation.decoder import ModelInfo
-
-    info = ModelInfo.load(export_dir() / "generation.json")
-    tokenizer = Tokenizer.from_file(str(export_dir() / "tokenizer.json"))
+    tokenizer = served_tokenizer()
     chats = follow_up_turns(url, max_tokens, prompts)
     tokens = steps = 0
     for prompt, turns in zip(prompts, chats):
         history = []
-        for text, (_, _, reply) in zip((prompt, *FOLLOW_UPS), turns):
-            ids = encode_prompt(tokenizer, info.chat_template, text, info.bos_token, info.eos_token, history)
+        for text, (_, _, reply_text) in zip((prompt, *FOLLOW_UPS), turns):
+            ids = chat_ids(tokenizer, chat_messages(text, history))
+            reply = tokenizer.encode(reply_text, add_special_tokens=False)
             tokens, steps = tokens + len(reply), steps + draft_steps(ids, reply, k)
-            history += [text, tokenizer.decode(reply, skip_special_tokens=True)]
+            history += [text, reply_text]
     return (f"prompt-lookup drafts (k={k}, n<=3) on {len(chats)} chats x {1 + len(FOLLOW_UPS)} turns: "
             f"{tokens} tokens in {steps} verify passes = {tokens / steps:.2f} tokens per pass")
-
-
-def export_dir() -> Path:
-    return paths.model_repository() / ENDPOINT / "1" / "export"
-
-
-def export_weights(folder: Path | None = None) -> str:
-    """fp32 or q4: what the built export holds (generation.json, written by the exporter)."""
-    try:
-        return json.loads(((folder or export_dir()) / "generation.json").read_text()).get("weights", "fp32")
-    except (OSError, ValueError):
-        return "unknown"
-
-
-@contextlib.contextmanager
-def in_process_engine(folder: Path | None = None):
-    """The served model's engine (export, [parameters] of build/text_generation.toml) in this process,
-    its loop thread running; yields (engine, tokenizer, info)."""
-    from tokenizers import Tokenizer
-
-    from hotpath.runtime.generation.chat import shared_prefix
-    from hotpath.runtime.generation.decoder import Decoder, ModelInfo
-    from hotpath.runtime.generation.engine import Engine, EngineSettings
-    from hotpath.spec import load_spec
-
-    folder = folder or export_dir()
-    p = {k: v.string_value for k, v in load_spec(paths.model_specs_dir() / f"{ENDPOINT}.toml").config.parameters.items()}
-    info = ModelInfo.load(folder / "generation.json")
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    decoder = Decoder(folder / "model.onnx", info, intra_op_threads=int(p.get("intra_op_thread_count", 0)),
-                      allow_spinning=p.get("allow_spinning", "false").lower() in ("1", "true"))
-    engine = Engine(decoder, tokenizer, EngineSettings.from_parameters(p))
-    engine.warmup()
-    if p.get("reuse_prefix", "true").lower() in ("1", "true"):
-        engine.set_prefix(shared_prefix(tokenizer, info.chat_template, info.bos_token, info.eos_token))
-    engine.start()
-    try:
-        yield engine, tokenizer, info
-    finally:
-        engine.stop()
 
 
 @contextlib.contextmanager
@@ -206,11 +163,6 @@ def _system(name: str, url: str | None, max_tokens: int, sequences: int = 8):
     """Bring one system up; yields its send function."""
     if name == "hotpath":
         yield triton_sender(url, ENDPOINT, max_tokens)
-    elif name == "in-process":
-        with in_process_engine() as (engine, tokenizer, info):
-            send = engine_sender(engine, tokenizer, info, max_tokens)
-            send.engine = engine  # compare_generation reads its step breakdown
-            yield send
     elif name == "one-at-a-time":
         from hotpath.perf.measure.reconfigure import reconfigured
 
@@ -233,20 +185,14 @@ def _system(name: str, url: str | None, max_tokens: int, sequences: int = 8):
 def compare_generation(url: str | None, concurrency: tuple[int, ...] = CONCURRENCY, rounds: int = 2,
                        max_tokens: int = 48, systems: tuple[str, ...] = DEFAULT_SYSTEMS, tag: str = "",
                        log: Callable[[str], None] = logger.info, notes: list[str] | None = None) -> list[StreamingStats]:
-    """Measure every system at every concurrency (Triton systems: a server with explicit model control at `url`).
-    In-process runs also append the loop's step breakdown (ORT / loop / sinks) per point to `notes`."""
-    from hotpath.runtime.generation.engine import EngineStats
-
+    """Measure every system at every concurrency (Triton systems: a server with explicit model control at `url`)."""
     rows = []
     for name in systems:
         label = f"{name} {tag}".strip() if tag else name
         with _system(name, url, max_tokens, sequences=max(concurrency)) as send:
             send("Say hello.")  # warm-up, not recorded
-            engine = getattr(send, "engine", None)
             for c in concurrency:
                 others = wait_quiet(log)
-                if engine is not None:
-                    engine.stats = EngineStats()
                 records, wall = run_load(send, c, rounds)
                 rows.append(summarize(label, c, records, wall))
                 s = rows[-1]
@@ -254,11 +200,6 @@ def compare_generation(url: str | None, concurrency: tuple[int, ...] = CONCURREN
                     f"p95 {s.itl_p95_ms:4.0f} ms  {s.tokens_per_s:6.1f} tok/s  errors {s.errors}")
                 if notes is not None and others is not None:
                     notes.append(f"{label} c={c}: other processes {others:.2f} cores before the point")
-                if engine is not None:
-                    line = f"{label} c={c}: {engine.stats.breakdown()}"
-                    log(f"[generate-perf]   {line}")
-                    if notes is not None:
-                        notes.append(line)
     return rows
 
 
@@ -290,29 +231,8 @@ def _ratio_line(c: int, ours: StreamingStats, base, hf, cpp) -> str:
     return line
 
 
-def _tagged_table(rows: list[StreamingStats]) -> list[str]:
-    """Per tag (e.g. fp32 / q4): served vs in-process ITL p50 and tokens/s per concurrency."""
-    tagged = [s for s in rows if " " in s.label and s.label.split(" ", 1)[0] in ("hotpath", "in-process")]
-    if not tagged:
-        return []
-    tags = sorted({s.label.split(" ", 1)[1] for s in tagged})
-    by = {(s.label, s.concurrency): s for s in tagged}
-    lines = ["\n## Weights: served vs in-process\n",
-             "| weights | concurrency | in-process ITL p50 ms | in-process tok/s | served ITL p50 ms | served tok/s "
-             "| served / in-process tok/s |", "|---|---|---|---|---|---|---|"]
-    for tag in tags:
-        for c in sorted({s.concurrency for s in tagged if s.label.endswith(" " + tag)}):
-            local, served = by.get((f"in-process {tag}", c)), by.get((f"hotpath {tag}", c))
-            cell = (lambda s, f: f(s) if s else "-")
-            ratio = f"{served.tokens_per_s / local.tokens_per_s:.2f}" if local and served and local.tokens_per_s else "-"
-            lines.append(f"| {tag} | {c} | {cell(local, lambda s: f'{s.itl_p50_ms:.1f}')} "
-                         f"| {cell(local, lambda s: f'{s.tokens_per_s:.1f}')} | {cell(served, lambda s: f'{s.itl_p50_ms:.1f}')} "
-                         f"| {cell(served, lambda s: f'{s.tokens_per_s:.1f}')} | {ratio} |")
-    return lines
-
-
 def report(rows: list[StreamingStats], slo: StreamingSlo | None, settings: str) -> str:
-    """Markdown: the table, batching's gain per concurrency, the weights table, and the SLO verdict."""
+    """Markdown: the table, batching's gain per concurrency and the SLO verdict."""
     by = {(s.label, s.concurrency): s for s in rows}
     lines = [f"# {ENDPOINT}: streaming latency and throughput\n", settings + "\n", markdown_table(rows)]
     for c in sorted({s.concurrency for s in rows}):
@@ -320,7 +240,6 @@ def report(rows: list[StreamingStats], slo: StreamingSlo | None, settings: str) 
         hf, cpp = by.get(("fastapi-transformers", c)), by.get(("llama.cpp", c))
         if ours and ((base and base.tokens_per_s) or (cpp and cpp.tokens_per_s)):
             lines.append(_ratio_line(c, ours, base, hf, cpp))
-    lines += _tagged_table(rows)
     if slo:
         at = by.get(("hotpath", slo.concurrency))
         verdict = "not measured" if at is None else ("MET" if meets(at, slo) else "MISSED")
@@ -348,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--system", action="append", choices=SYSTEMS,
                         help=f"measure only this one (repeatable; default: {', '.join(DEFAULT_SYSTEMS)})")
-    parser.add_argument("--tag", default="", help="suffix for this run's labels (e.g. the weights: fp32, q4)")
+    parser.add_argument("--tag", default="", help="suffix for this run's labels (e.g. the served dtype: fp32, bf16)")
     parser.add_argument("--merge", action="store_true",
                         help="keep earlier runs' rows (.hotpath/perf/<report>.json) that this run does not re-measure")
     parser.add_argument("--profile", default="cpu")
@@ -407,7 +326,7 @@ def main(argv: list[str] | None = None) -> int:
                              r.concurrency))
     slo = load_streaming_slos(args.profile).get(ENDPOINT)
     cmd = "hotpath study generation_compare " + " ".join(argv if argv is not None else sys.argv[1:])
-    runs = [f"`{cmd.strip()}`: {', '.join(systems)}; export weights {export_weights()}; greedy, max_tokens "
+    runs = [f"`{cmd.strip()}`: {', '.join(systems)}; served dtype {served_dtype()}; greedy, max_tokens "
             f"{args.max_tokens}, {args.rounds} requests per worker per point, prompts from "
             f"hotpath.perf.measure.streaming.PROMPTS; {time.perf_counter() - t0:.0f} s on this host ({_uptime()})."
             + "".join(f"\n  - {n}" for n in notes)]
@@ -429,17 +348,6 @@ GENAI_SYSTEMS = ("hotpath", "llama.cpp")
 GENAI_CONCURRENCY = (1, 8)
 GENAI_BEGIN = "<!-- genai-perf benchmark: written by `hotpath study generation_compare --genai-perf` -->"
 GENAI_END = "<!-- genai-perf benchmark: end -->"
-
-
-def tokenizer_dir() -> Path:
-    """The served model directory's tokenizer (genai-perf's --tokenizer: synthetic prompts, token counts)."""
-    version = paths.model_repository() / ENDPOINT / "1"
-    found = sorted(version.rglob("tokenizer.json")) if version.is_dir() else []
-    if not found:
-        from hotpath.errors import HotpathError
-
-        raise HotpathError(f"no tokenizer.json under {version}: run `hotpath engines --model {ENDPOINT}`")
-    return found[0].parent
 
 
 def tree_rss_mb(pid: int) -> float:

@@ -139,44 +139,6 @@ def ndjson_sender(host: str, port: int, max_tokens: int = 48, path: str = "/gene
     return send
 
 
-def engine_sender(engine, tokenizer, info, max_tokens: int = 48) -> Callable[[str], StreamRecord]:
-    """Submit straight to a running hotpath.runtime.generation Engine (no Triton, no gRPC): the loop's
-    own per-token timing, what the served numbers are compared with. Tokenizing and the chat
-    template happen before the clock starts (the served path does them inside the server)."""
-    from hotpath.runtime.generation.chat import encode_prompt
-    from hotpath.runtime.generation.params import Limits, parse_params
-
-    params = parse_params(Limits(max_tokens=max(max_tokens, 1)), max_tokens=max_tokens)
-
-    class Sink:
-        def __init__(self, start: float):
-            self.start, self.times, self.error = start, [], None
-            self.done = threading.Event()
-
-        def token(self, token_id: int, text: str) -> None:
-            self.times.append(time.perf_counter() - self.start)
-
-        def finish(self, text, reason, prompt_tokens, completion_tokens) -> None:
-            self.done.set()
-
-        def fail(self, message: str, unavailable: bool = False) -> None:
-            self.error = message
-            self.done.set()
-
-        def is_cancelled(self) -> bool:
-            return False
-
-    def send(prompt: str) -> StreamRecord:
-        ids = encode_prompt(tokenizer, info.chat_template, prompt, info.bos_token, info.eos_token)
-        sink = Sink(time.perf_counter())
-        engine.submit(ids, params, sink)
-        if not sink.done.wait(600):
-            return StreamRecord(error="no final response within 600 s")
-        return StreamRecord(sink.times, time.perf_counter() - sink.start, sink.error)
-
-    return send
-
-
 def meets(stats: StreamingStats, slo: StreamingSlo) -> bool:
     return stats.errors == 0 and stats.ttft_p95_ms <= slo.ttft_p95_ms and stats.itl_p95_ms <= slo.itl_p95_ms
 

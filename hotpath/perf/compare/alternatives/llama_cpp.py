@@ -4,7 +4,7 @@ What a team gets from the llama.cpp ecosystem without building anything: node-ll
 CPU binaries (`getLlama({gpu: false, build: "never"})`), one context with `sequences: N` so N
 streams are batched by llama.cpp itself, behind the NDJSON streaming endpoint the FastAPI
 alternative speaks (llama_cpp_server.mjs beside this file). The prompt is sent as token ids from
-hotpath's chat template and tokenizer, so both systems evaluate the very same prompt tokens;
+the served model's chat template and tokenizer, so both systems evaluate the very same prompt tokens;
 greedy, the same max_tokens.
 
 node-llama-cpp is installed on first use (npm, pinned: NODE_LLAMA_CPP_VERSION, `npm i -E`) into
@@ -20,9 +20,6 @@ import logging
 import os
 from pathlib import Path
 from typing import Callable, Iterator
-
-from hotpath import paths
-from hotpath.errors import HotpathError
 
 logger = logging.getLogger(__name__)
 
@@ -48,20 +45,13 @@ def serving(sequences: int = 8, threads: int = 2, context_size: int = 512,
 
 
 def token_payload(max_tokens: int) -> Callable[[str], dict]:
-    """Request bodies for llama_cpp_server.mjs: the chat-templated prompt as hotpath's token ids."""
-    from tokenizers import Tokenizer
+    """Request bodies for llama_cpp_server.mjs: the prompt as the served text_generation model renders
+    and tokenizes it (its model directory's tokenizer and chat template)."""
+    from hotpath.perf.compare.served_model import chat_ids, served_tokenizer
 
-    from hotpath.runtime.generation.chat import encode_prompt
-    from hotpath.runtime.generation.decoder import ModelInfo
-
-    folder = paths.model_repository() / "text_generation" / "1" / "export"
-    if not (folder / "tokenizer.json").is_file():
-        raise HotpathError(f"{folder}/tokenizer.json is missing: run `hotpath engines --model text_generation`")
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    info = ModelInfo.load(folder / "generation.json")
+    tokenizer = served_tokenizer()
 
     def payload(prompt: str) -> dict:
-        ids = encode_prompt(tokenizer, info.chat_template, prompt, info.bos_token, info.eos_token)
-        return {"tokens": ids, "max_tokens": max_tokens}
+        return {"tokens": chat_ids(tokenizer, [{"role": "user", "content": prompt}]), "max_tokens": max_tokens}
 
     return payload
