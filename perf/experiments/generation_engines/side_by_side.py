@@ -4,7 +4,8 @@
         --old /tmp/tg-old/repo [--rounds 2]
 
 `--old`: a model repository holding the former text_generation (its model.py, export/model.onnx and config,
-as `hotpath engines` built them before commit f9746f0); the vLLM one is model_repository/'s. Each system is
+as `hotpath engines` built them before commit f9746f0; the engine's code itself was removed in 5eb8282,
+so `git worktree add /tmp/tg-old 5eb8282^` for its runtime); the vLLM one is model_repository/'s. Each system is
 started alone (tritonserver, this model only), measured, stopped: load to ready, RSS of the stub and its
 children (vLLM's engine process, EngineCore, worker), then streaming greedy chats of 48 tokens at c=1 and
 c=8 (hotpath.perf.measure.streaming.PROMPTS): TTFT p50/p95, inter-token p50/mean, tokens/s.
