@@ -37,7 +37,8 @@ from hotpath.runtime.llm.settings import cpu_feature_flags, engine_python, from_
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 WATCH_S = 0.5            # unload watcher and cancellation poll period
-READY_CHECK_TIMEOUT_S = 3.0   # an unanswered readiness check counts as the server going away
+READY_CHECK_TIMEOUT_S = 3.0   # a readiness check unanswered this long is a strike
+READY_CHECK_STRIKES = 4       # consecutive strikes: the server is going away (a busy host answers late, not never)
 ROOT = __import__("pathlib").Path(__import__("hotpath").__file__).resolve().parent.parent
 
 
@@ -156,6 +157,7 @@ class TritonPythonModel:
         self.metrics = EngineMetrics(pb_utils, {"model": args["model_name"], "version": str(args["model_version"]),
                                                 "load": str(os.getpid())}, ready["kv_capacity_tokens"])
         self.stopping = threading.Event()
+        self.strikes = 0
         name, version = args["model_name"], str(args["model_version"])
         self.watcher = threading.Thread(target=self._watch, args=(lambda: pb_utils.is_model_ready(name, version),),
                                         name="text-generation-watch", daemon=True)
@@ -252,12 +254,21 @@ class TritonPythonModel:
                 done.set()
 
         threading.Thread(target=check, name="text-generation-ready-check", daemon=True).start()
-        # A check unanswered for a while: the server is going away (live streams would wait out its exit timeout).
-        return done.wait(READY_CHECK_TIMEOUT_S) and box[0]
+        if done.wait(READY_CHECK_TIMEOUT_S):
+            self.strikes = 0
+            return box[0]
+        # Unanswered: late on a busy host (ending every stream then would be a false alarm), or a server going
+        # away without saying so (live streams would wait out its exit timeout): only repeated silence ends them.
+        self.strikes += 1
+        pb_utils.Logger.log_warn(f"text_generation: readiness check unanswered for {READY_CHECK_TIMEOUT_S:.0f}s "
+                                 f"({self.strikes} of {READY_CHECK_STRIKES})")
+        return self.strikes < READY_CHECK_STRIKES
 
     def _drain(self, message):
         with self.lock:
             streams, self.streams = dict(self.streams), {}
+        if streams:
+            pb_utils.Logger.log_warn(f"text_generation: ending {len(streams)} request(s): {message}")
         for rid, stream in streams.items():
             self.engine.abort(rid)
             try:
