@@ -365,11 +365,28 @@ def small_generation(built_repository, tmp_path_factory):
     server.stop()
 
 
+def _in_engine(server) -> float:
+    return _metric(server, "hotpath_generation_running") + _metric(server, "hotpath_generation_waiting")
+
+
+def _errors(streams) -> list:
+    """Error messages the streams received so far (leaves their other responses queued)."""
+    out = []
+    for s in streams:
+        pending = []
+        while not s.responses.empty():
+            pending.append(s.responses.get())
+        out.append([e.message()[:160] for _, e in pending if e is not None])
+        for item in pending:
+            s.responses.put(item)
+    return out
+
+
 def _idle(server, limit_s: float = 120) -> bool:
     """The engine runs and queues nothing (its stats, published about every second, say so)."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        if _metric(server, "hotpath_generation_running") + _metric(server, "hotpath_generation_waiting") == 0:
+        if _in_engine(server) == 0:
             return True
         time.sleep(0.5)
     return False
@@ -384,16 +401,22 @@ def test_a_full_admission_queue_refuses_at_once_and_cancelled_streams_free_their
     try:
         for i, h in enumerate(holders):
             h.send(_long(i), request_id=str(i))
-        for h in holders[:SMALL["max_num_seqs"]]:   # generating (the others wait in vLLM's queue)
-            result, error = h.responses.get(timeout=300)
-            assert error is None, error.message()
+        # Every holder in the engine before the extra is sent: max_num_seqs of them generating (whichever the
+        # engine took first: not necessarily the first sent), the others queued.
+        deadline = time.monotonic() + 300
+        while (_in_engine(small_generation) < limit or sum(not h.responses.empty() for h in holders) <
+               SMALL["max_num_seqs"]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _in_engine(small_generation) == limit, (_in_engine(small_generation), _errors(holders))
+        assert not any(_errors(holders)), _errors(holders)
         extra = _RawStream(small_generation.grpc_url)
         try:
             extra.send(_long("extra"))
             (_, error), = extra.finals(1, timeout=120)
         finally:
             extra.close()
-        assert error is not None and error.startswith("text_generation: [UNAVAILABLE] admission queue full"), error
+        assert error is not None and error.startswith("text_generation: [UNAVAILABLE] admission queue full"), \
+            (error, _in_engine(small_generation), _errors(holders))
     finally:
         for h in holders:
             h.close()   # cancels each request: its sequence is aborted

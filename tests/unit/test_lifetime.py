@@ -26,7 +26,8 @@ CHILD = "from hotpath.runtime.lifetime import exit_with_server; exit_with_server
 
 # A fake tritonserver: starts the fake stub with a stub's argv ({server} = its own PID), waits forever.
 SERVER = """
-import os, subprocess, sys, time
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)   # dies of Ctrl-C even when started with SIGINT ignored (`cmd &`)
 child = subprocess.Popen([a.replace("{server}", str(os.getpid())) for a in sys.argv[1:]])
 print(child.pid, flush=True)
 time.sleep(3600)
