@@ -96,6 +96,9 @@ _NO_VERSION_NOW = "has no available versions"
 # A server fault, but a transient one (the watchdog or the orchestrator restarts it; another replica can
 # serve): retryable, like UNAVAILABLE. Inference requests are idempotent.
 _DEAD_STUB = "is not healthy"
+# A call whose HTTP/2 stream a proxy reset because the replica behind it died mid-call: INTERNAL "Stream removed
+# (RST_STREAM ...)" from gRPC's transport, not from any model. Transient, and inference is idempotent: retried.
+_STREAM_RESET = "RST_STREAM"
 
 
 # A decoupled model's error on a gRPC stream reaches tritonclient as ModelStreamInferResponse.error_message
@@ -113,7 +116,8 @@ def client_error(where: str, exc: InferenceServerException) -> ClientError:
         status = tagged.group(1)
     kind = _BY_STATUS.get(status or "", ServerFaultError if status else ClientError)
     message = exc.message() or ""
-    if (status == "NOT_FOUND" and _NO_VERSION_NOW in message) or (status == "INTERNAL" and _DEAD_STUB in message):
+    if (status == "NOT_FOUND" and _NO_VERSION_NOW in message) or \
+            (status == "INTERNAL" and (_DEAD_STUB in message or _STREAM_RESET in message)):
         kind = ServerUnavailableError
     return kind(f"{where}: {exc.message()}", status)
 

@@ -53,6 +53,10 @@ def test_a_dead_stub_is_retryable_other_internal_errors_are_faults():
     bug = InferenceServerException("Failed to process the request(s): list index out of range",
                                    status="StatusCode.INTERNAL")
     assert type(client_error("m at h", bug)) is ServerFaultError
+    # A proxy reset the call's stream (the replica behind it died mid-call: tests/integration/test_scaleout.py).
+    reset = InferenceServerException("Stream removed (RST_STREAM (Received RST_STREAM with error code 2))",
+                                     status="StatusCode.INTERNAL")
+    assert type(client_error("m at h", reset)) is ServerUnavailableError
 
 
 class Flaky:

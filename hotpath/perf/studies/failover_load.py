@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from hotpath.client import text_input
+from hotpath.client import client_error, text_input
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
 from hotpath.gateway.tenants import Tenant, new_token
@@ -181,12 +181,18 @@ def run(replicas: LocalReplicas, front: LocalNginx, model: str, input_name: str,
             front.grpc_url, channel_args=retrying_channel_args() if client_retries else None)
         while time.time() < stop:
             start = time.time()
-            try:
-                client.infer(model, [text_input(input_name, [f"failover probe {uuid.uuid4()}"])], headers=headers,
-                             client_timeout=30)
-                error = ""
-            except InferenceServerException as exc:
-                error = f"{exc.status() or 'UNKNOWN'}: {exc.message()}"
+            text = f"failover probe {uuid.uuid4()}"
+            for _attempt in range(3):
+                try:
+                    client.infer(model, [text_input(input_name, [text])], headers=headers, client_timeout=30)
+                    error = ""
+                    break
+                except InferenceServerException as exc:
+                    error = f"{exc.status() or 'UNKNOWN'}: {exc.message()}"
+                    # The channel's policy retries UNAVAILABLE; a stream a proxy reset (the replica died mid-call)
+                    # is retried here, as hotpath.client does (client_error: retryable).
+                    if not (client_retries and client_error(model, exc).retryable and "RST_STREAM" in error):
+                        break
             with lock:
                 calls.append(Call(start, time.time(), error))
         client.close()
