@@ -110,7 +110,8 @@ pg_dsn = _setting("PG_DSN", None, _optional, "PostgreSQL DSN of the pgvector sto
 retrieval_data_dir = _setting("RETRIEVAL_DATA_DIR", None, _optional,
                               "the in-process vector store's data (WAL) directory (or its `data_dir` parameter)")
 
-# text_generation's engine (hotpath.runtime.llm, hotpath.exporters.llm_precision).
+# text_generation's engine: read inside Triton by hotpath.runtime.llm.settings.engine_python (the precision
+# gate calls that too); listed here for its default and README's table.
 vllm_python = _setting("VLLM_PYTHON", None, _optional, "the vLLM environment's interpreter "
                        "(default .venv-vllm/bin/python, which scripts/setup.sh creates)")
 

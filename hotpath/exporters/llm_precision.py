@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from hotpath import paths, settings
+from hotpath import paths
 from hotpath.errors import BuildError
 
 Log = Callable[[str], None]
@@ -161,8 +161,10 @@ def llama_cpp_scores(windows: list[list[int]], threads: int = 2, log: Log = prin
 
 
 def vllm_python() -> Path:
-    """The vLLM environment's interpreter (scripts/setup.sh creates .venv-vllm from requirements-vllm.txt)."""
-    return Path(settings.vllm_python() or paths.ROOT / ".venv-vllm" / "bin" / "python")
+    """The vLLM environment's interpreter, as the served model finds it (HOTPATH_VLLM_PYTHON, else .venv-vllm)."""
+    from hotpath.runtime.llm.settings import EngineSettings, engine_python
+
+    return engine_python(EngineSettings(), paths.ROOT)
 
 
 def vllm_scores(model_dir: Path, windows: list[list[int]], dtype: str, quantization: str | None = None,

@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 
 ENDPOINT = "text_generation"
 SYSTEMS = ("hotpath", "one-at-a-time", "fastapi-transformers", "llama.cpp")
-DEFAULT_SYSTEMS = ("hotpath", "one-at-a-time", "fastapi-transformers", "llama.cpp")
+DEFAULT_SYSTEMS = SYSTEMS
 TRITON_SYSTEMS = ("hotpath", "one-at-a-time")
 CONCURRENCY = (1, 4, 8, 16)
 

@@ -7,10 +7,8 @@ alternative speaks (llama_cpp_server.mjs beside this file). The prompt is sent a
 the served model's chat template and tokenizer, so both systems evaluate the very same prompt tokens;
 greedy, the same max_tokens.
 
-node-llama-cpp is installed on first use (npm, pinned: NODE_LLAMA_CPP_VERSION, `npm i -E`) into
-.hotpath/llama-cpp/, never by the tests; npm fetches every prebuilt binary package (CUDA, Vulkan,
-other CPUs), and all but this machine's CPU build are removed afterwards (~730 MB -> 84 MB).
-Needs node >= 20 and npm on PATH.
+node-llama-cpp is installed on first use, pinned (hotpath.exporters.node_llama_cpp, which the precision
+gate shares).
 """
 
 from __future__ import annotations
@@ -21,9 +19,9 @@ import os
 from pathlib import Path
 from typing import Callable, Iterator
 
-logger = logging.getLogger(__name__)
+from hotpath.exporters.node_llama_cpp import ensure_installed
 
-from hotpath.exporters.node_llama_cpp import NODE_LLAMA_CPP_VERSION, ensure_installed, entry_point  # noqa: F401
+logger = logging.getLogger(__name__)
 
 SCRIPT = Path(__file__).with_name("llama_cpp_server.mjs")
 
