@@ -5,6 +5,14 @@
 -- Inference-Header-Content-Length, the body). A hit is answered here, marked `X-Hotpath-Cache: hit` and
 -- counted; a miss is marked `miss` and its answer stored after it was sent (log phase, in a timer), only
 -- when the server answered 200 in full. Errors are never cached. Redis down: every call a plain miss.
+--
+-- An endpoint with writes (a store: retrieval's OP "upsert" / "delete") has a version in Redis
+-- (`store_prefix` .. endpoint, no TTL, so volatile-lru never evicts it). A read's answer is stored with
+-- the version it was looked up under and is a hit only while that is still the version; a write moves it
+-- on before it is forwarded and again after it was answered, so an answer computed before or during a
+-- write is never served after the write's answer (a read racing a write within the same millisecond may
+-- see either state). A version that could not be moved (Redis failed) leaves the endpoint uncached on
+-- this replica until a move succeeds. Only writes through a gateway move it: see docs/operations.md.
 
 local ffi = require "ffi"
 local link = require "hotpath_redis_link"
@@ -12,7 +20,7 @@ local link = require "hotpath_redis_link"
 ffi.cdef [[unsigned char *SHA256(const unsigned char *d, size_t n, unsigned char *md);]]
 
 local M = {}
-local cfg      -- front_door.json's "cache": prefix, build, ttl_s, max_bytes, header
+local cfg      -- front_door.json's "cache": prefix, store_prefix, build, ttl_s, max_bytes
 local HEADER = "X-Hotpath-Cache"
 
 function M.init(config)
@@ -35,15 +43,73 @@ function M.key(namespace, endpoint, request)
   return cfg.prefix .. namespace .. ":" .. endpoint .. ":" .. cfg.build .. ":" .. sha256_hex(request)
 end
 
+-- A store's version: move it on (INCR). False when Redis failed: the endpoint is then "dirty" here (its
+-- cached reads are not trusted) until a move succeeds.
+local function move_version(endpoint)
+  local ok = link.call(function(red)
+    return red:incr(cfg.store_prefix .. endpoint)
+  end)
+  local flag = "cache:dirty:" .. endpoint
+  if type(ok) == "number" then
+    link.shared():delete(flag)
+    return true
+  end
+  link.shared():set(flag, true)
+  return false
+end
+
+local function move_later(premature, endpoint)
+  if not premature then
+    move_version(endpoint)
+  end
+end
+
+-- Access phase of a write to a store endpoint: its version moves now, and again once it was answered.
+function M.write(endpoint)
+  if not cfg or not link.enabled() then
+    return
+  end
+  move_version(endpoint)
+  ngx.ctx.cache_write = endpoint
+end
+
+-- The stored value of `key` (a string) or nil, and the prefix a new answer is stored under ("" or the
+-- store's version and a newline); false: do not cache this call.
+local function fetch(endpoint, model, key)
+  if not model.store then
+    return link.call(function(red)
+      return red:get(key)   -- nil, err: the connection failed; ngx.null: no entry; false: an error reply
+    end), ""
+  end
+  if link.shared():get("cache:dirty:" .. endpoint) and not move_version(endpoint) then
+    return false
+  end
+  local res = link.call(function(red)
+    return red:mget(cfg.store_prefix .. endpoint, key)
+  end)
+  if type(res) ~= "table" then
+    return false   -- the version is unknown: nothing may be served or stored under it
+  end
+  local version = type(res[1]) == "string" and res[1] or "0"
+  local value = res[2]
+  if type(value) == "string" then
+    local stored, rest = value:match("^([^\n]*)\n(.*)$")
+    value = stored == version and rest or nil
+  end
+  return value, version .. "\n"
+end
+
 -- Access phase, after the checks and the quota: serve a hit (the request ends here), or remember the key.
 function M.lookup(namespace, endpoint, model, header_length, data)
   if not cfg or not model.cacheable or not namespace or namespace == "" or not link.enabled() then
     return
   end
   local key = M.key(namespace, endpoint, ngx.var.uri .. "\n" .. header_length .. "\n" .. data)
-  local value = link.call(function(red)
-    return red:get(key)   -- nil, err: the connection failed; ngx.null: no entry; false: an error reply
-  end)
+  local value, version = fetch(endpoint, model, key)
+  if value == false then
+    link.count("cache:misses")
+    return
+  end
   if type(value) == "string" then
     local length, content_type, answer = value:match("^(%d*)\n([^\n]*)\n(.*)$")
     if answer then
@@ -59,7 +125,7 @@ function M.lookup(namespace, endpoint, model, header_length, data)
     end
   end
   link.count("cache:misses")
-  ngx.ctx.cache_key = key
+  ngx.ctx.cache_key, ngx.ctx.cache_version = key, version
 end
 
 -- header filter: only a 200 is stored
@@ -73,7 +139,7 @@ function M.header()
     return
   end
   ngx.header[HEADER] = "miss"
-  ctx.cache_meta = (ngx.header["inference-header-content-length"] or "") .. "\n" ..
+  ctx.cache_meta = ctx.cache_version .. (ngx.header["inference-header-content-length"] or "") .. "\n" ..
       (ngx.header["content-type"] or "") .. "\n"
   ctx.cache_parts, ctx.cache_bytes = {}, 0
 end
@@ -108,9 +174,13 @@ local function put(premature, key, value)
   end
 end
 
--- log phase: the whole answer was sent with 200: store it (cosockets are not allowed here, a timer runs it)
+-- log phase: the whole answer was sent with 200: store it; a write was answered: move its store's version
+-- (cosockets are not allowed here, a timer runs them)
 function M.store()
   local ctx = ngx.ctx
+  if ctx.cache_write then
+    ngx.timer.at(0, move_later, ctx.cache_write)
+  end
   if ctx.cache_done and ctx.cache_parts and ngx.status == 200 then
     ngx.timer.at(0, put, ctx.cache_key, ctx.cache_meta .. table.concat(ctx.cache_parts))
   end

@@ -408,9 +408,9 @@ end
 -- The model's name, the first input's first dimension (the batch of a batched model), whether every
 -- dimension of every input fits 1..2^31-1 (Triton 2.51 keeps a batch size in 32 bits: a first dimension of
 -- 2^32 + 1 with one item in it is served as a batch of 1; a dimension of 0 with data was served too),
--- and a refused parameter key if any.
+-- a refused parameter key if any, and whether an input is named as a store's write op (cfg.store_input).
 local function parse_infer_request(s, first, last)
-  local name, batch, dims_ok, refused = nil, nil, true, nil
+  local name, batch, dims_ok, refused, op = nil, nil, true, nil, false
   local function dim(value)
     if not value or value < 1 or value > MAX_DIM then
       dims_ok = false
@@ -435,6 +435,7 @@ local function parse_infer_request(s, first, last)
     elseif number == 5 then
       local first_input = batch == nil
       local fine = strict(s, a, b, SCHEMA.input, function(n, w, x, y)
+        if n == 1 and s:sub(x, y) == cfg.store_input then op = true end
         if n == 4 then return parameter(x, y) end
         if n ~= 3 then return end
         if w == 0 then
@@ -453,7 +454,7 @@ local function parse_infer_request(s, first, last)
       return fine
     end
   end)
-  return ok, name, batch, dims_ok, refused
+  return ok, name, batch, dims_ok, refused, op
 end
 
 -- One uncompressed gRPC message in the body: its protobuf's first and last byte, or a refusal.
@@ -485,7 +486,7 @@ function M.grpc_infer()
   at_capacity("grpc")
   local data = body()
   grpc_message_of(data)
-  local ok, name, batch, dims_ok, refused = parse_infer_request(data, 6, #data)
+  local ok, name, batch, dims_ok, refused, op = parse_infer_request(data, 6, #data)
   if not ok then
     return refuse("grpc", "INVALID_ARGUMENT", "gateway: malformed ModelInferRequest")
   end
@@ -502,6 +503,9 @@ function M.grpc_infer()
   end
   local tenant = ngx.var[cfg.tenant_variable]
   limit("grpc", tenant, 0)   -- decoupled models are called on streams (hotpath.gateway.streams)
+  if model.store and op then   -- a write (or an explicit search: its op is not read here) moves the version
+    cache.write(name)
+  end
   return admit("grpc", tenant, work)
 end
 
@@ -726,6 +730,27 @@ local function identity_encoding()
   end
 end
 
+-- Does a checked JSON call to a store endpoint write? It does when it has the write-op input with any
+-- value but "search" (or with binary data, not read here).
+local function only_search(v)
+  if type(v) == "table" then
+    for _, item in ipairs(v) do
+      if not only_search(item) then return false end
+    end
+    return true
+  end
+  return v == "search"
+end
+
+local function writes(doc)
+  for _, t in ipairs(doc.inputs) do
+    if t.name == cfg.store_input and (type(t.data) ~= "table" or not only_search(t.data)) then
+      return true
+    end
+  end
+  return false
+end
+
 function M.http_infer(name)
   at_capacity("http")
   local model = public_model("http", name)
@@ -755,7 +780,11 @@ function M.http_infer(name)
   end
   local tenant = ngx.var[cfg.tenant_variable]
   limit("http", tenant, 0)
-  cache.lookup(cfg.tenants[tenant].cache_namespace, name, model, declared or "", data)   -- a hit ends here
+  if model.store and writes(doc) then
+    cache.write(name)
+  else
+    cache.lookup(cfg.tenants[tenant].cache_namespace, name, model, declared or "", data)   -- a hit ends here
+  end
   return admit("http", tenant, work)
 end
 

@@ -20,7 +20,13 @@ from tritonclient.grpc import model_config_pb2 as mc
 from hotpath.errors import HotpathError
 from hotpath.gateway.tenants import Tenant
 from hotpath.repository import Repository
-from hotpath.shared_state.cache_key import DEFAULT_TTL_S, MAX_ANSWER_BYTES, PREFIX
+from hotpath.shared_state.cache_key import (
+    DEFAULT_TTL_S,
+    MAX_ANSWER_BYTES,
+    PREFIX,
+    STORE_VERSION_PREFIX,
+    STORE_WRITE_INPUT,
+)
 from hotpath.shared_state.quota import GCRA_SCRIPT  # run in Redis by EVALSHA (redis_link.lua)
 from hotpath.shared_state.target import RedisTarget
 
@@ -73,13 +79,15 @@ class PublicModel:
     max_batch_size: int                    # 0: not batched (the first dimension is not a batch)
     decoupled: bool
     default_max_tokens: int = 0            # a generation endpoint's tokens when MAX_TOKENS is not given
-    cacheable: bool = False                # deterministic answers: the spec enables response_cache
+    cacheable: bool = False                # deterministic answers: the spec enables response_cache, or a store's reads
+    store: bool = False                    # writes change its answers: it has the STORE_WRITE_INPUT
 
     def describe(self) -> dict:
         return {"inputs": {n: {"datatype": t, "optional": o} for n, (t, o) in self.inputs.items()},
                 "outputs": {n: True for n in self.outputs}, "batched": self.max_batch_size > 0,
                 "decoupled": self.decoupled, "max_tokens_input": MAX_TOKENS_INPUT,
-                "default_max_tokens": self.default_max_tokens or 1, "cacheable": self.cacheable}
+                "default_max_tokens": self.default_max_tokens or 1, "cacheable": self.cacheable,
+                "store": self.store}
 
 
 def kserve_datatype(data_type: int) -> str:
@@ -98,9 +106,11 @@ def public_models(repository: Repository | None = None) -> tuple[PublicModel, ..
 def _public(name: str, config: mc.ModelConfig) -> PublicModel:
     default = config.parameters[DEFAULT_MAX_TOKENS_PARAMETER].string_value \
         if DEFAULT_MAX_TOKENS_PARAMETER in config.parameters else "0"
-    return PublicModel(name, {t.name: (kserve_datatype(t.data_type), t.optional) for t in config.input},
-                       tuple(t.name for t in config.output), config.max_batch_size,
-                       config.model_transaction_policy.decoupled, int(default), config.response_cache.enable)
+    inputs = {t.name: (kserve_datatype(t.data_type), t.optional) for t in config.input}
+    store = STORE_WRITE_INPUT in inputs
+    return PublicModel(name, inputs, tuple(t.name for t in config.output), config.max_batch_size,
+                       config.model_transaction_policy.decoupled, int(default),
+                       config.response_cache.enable or store, store)
 
 
 def work_cap(models: tuple[PublicModel, ...]) -> int:
@@ -124,7 +134,8 @@ def front_door_json(models: tuple[PublicModel, ...], tenants: tuple[Tenant, ...]
                            "idle_ms": REDIS_POOL[1], "gcra_script": script,
                            "gcra_sha": hashlib.sha1(script.encode()).hexdigest()}
         if cache is not None:
-            shared["cache"] = {"prefix": PREFIX, "max_bytes": MAX_ANSWER_BYTES, "ttl_s": DEFAULT_TTL_S, **cache}
+            shared["cache"] = {"prefix": PREFIX, "store_prefix": STORE_VERSION_PREFIX, "max_bytes": MAX_ANSWER_BYTES,
+                               "ttl_s": DEFAULT_TTL_S, **cache}
     if openai is not None:   # the OpenAI door's names (hotpath.gateway.openai_door)
         shared["openai"] = openai
     return json.dumps({
@@ -136,7 +147,7 @@ def front_door_json(models: tuple[PublicModel, ...], tenants: tuple[Tenant, ...]
                              "redis_failure": t.redis_failure, "cache_namespace": t.namespace}
                     for t in tenants},
         "parameters": PARAMETERS, "parameter_kinds": PARAMETER_KINDS, "refused_parameters": REFUSED_PARAMETERS,
-        "max_calls": max_calls, "max_work": max_work,
+        "max_calls": max_calls, "max_work": max_work, "store_input": STORE_WRITE_INPUT,
         "max_json_depth": MAX_JSON_DEPTH, "shared_dict": SHARED_DICT,
         "overloaded": overloaded, "tenant_variable": tenant_variable, "admitted_variable": ADMITTED_VARIABLE,
         "charge_key": charge_key or secrets.token_hex(16),   # no key given: nobody can charge

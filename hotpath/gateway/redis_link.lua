@@ -19,6 +19,11 @@ function M.enabled()
   return cfg ~= nil
 end
 
+-- The gateway's shared dict (flags the workers share, e.g. the exact cache's dirty stores).
+function M.shared()
+  return dict
+end
+
 -- Skipped now (the breaker is open)?
 local function skipped()
   return dict:get("redis:down")

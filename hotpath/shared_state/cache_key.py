@@ -29,6 +29,11 @@ PREFIX = "hotpath:cache:"
 DEFAULT_TTL_S = 3600
 MAX_ANSWER_BYTES = 1 << 20   # larger answers are not kept (an image batch's outputs)
 HIT_HEADER = "X-Hotpath-Cache"   # "hit" / "miss" on a cacheable endpoint's answer
+# A store endpoint (retrieval) is one with this input: a call with it may write (OP "upsert" / "delete",
+# hotpath/retrieval/requests.py), which moves the store's version kept under STORE_VERSION_PREFIX + endpoint;
+# a cached read is served only under the version it was computed at (hotpath/gateway/exact_cache.lua).
+STORE_WRITE_INPUT = "OP"
+STORE_VERSION_PREFIX = "hotpath:store_version:"
 
 
 def cache_key(namespace: str, endpoint: str, build: str, request: bytes) -> str:

@@ -1,7 +1,8 @@
 """Two tenant-gateway replicas (each its own NGINX) in front of one real tritonserver, sharing one real
 redis-server (hotpath.shared_state.server.LocalRedis): quotas are the fleet's, not each replica's; the
 stream admission's /charge draws on the same budget; a cached answer from replica A is a hit on replica B,
-byte-identical to a fresh one; Redis killed, paused and restarted: calls still answered, each tenant's
+byte-identical to a fresh one; retrieval's cached reads end with a write through either replica, HTTP or
+gRPC; Redis killed, paused and restarted: calls still answered, each tenant's
 redis_failure policy followed, the outage in the gateway's /metrics and /health, Redis used again after.
 No timed asserts: counts are compared with the budget over the window the client measured (within 10%)."""
 
@@ -17,14 +18,14 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from hotpath.client import text_input
+from hotpath.client import RetrievalClient, text_input
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.front_door import CHARGE_SOCKET
 from hotpath.gateway.process import TenantGateway
 from hotpath.gateway.streams import Charger
 from hotpath.gateway.tenants import new_token, parse_tenants
 from hotpath.server.ports import free_ports
-from hotpath.shared_state.cache_key import HIT_HEADER, cache_key, repository_build
+from hotpath.shared_state.cache_key import HIT_HEADER, STORE_VERSION_PREFIX, cache_key, repository_build
 from hotpath.shared_state.server import LocalRedis
 
 MODEL = "text_embedding"
@@ -211,6 +212,60 @@ def test_an_answer_from_replica_a_is_a_hit_on_replica_b(replicas, redis_up):
     # response parameters, so the bytes are compared on the outputs)
     assert json.loads(fresh)["outputs"] == json.loads(first)["outputs"], (first[:160], fresh[:160])
     assert len(json.loads(second)["outputs"][0]["data"]) == 384
+
+
+def _search(gw, query):
+    """An HTTP search of `query` for tenant "open": (X-Hotpath-Cache, body, request body)."""
+    body = json.dumps({"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [query]},
+                                  {"name": "TOP_K", "shape": [1, 1], "datatype": "INT64", "data": [3]}]}).encode()
+    request = urllib.request.Request(f"http://{gw.http_url}/v2/models/retrieval/infer", data=body, method="POST",
+                                     headers={"authorization": f"Bearer {TOKENS['open']}",
+                                              "content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as r:
+        return r.headers[HIT_HEADER], r.read(), body
+
+
+def _top_ids(answer):
+    outputs = {o["name"]: o["data"] for o in json.loads(answer)["outputs"]}
+    return outputs["IDS"]
+
+
+def test_retrieval_reads_are_cached_until_a_write(replicas, redis_up):
+    """A search answered by A is a hit on B; an upsert through B (gRPC) and a delete through A (HTTP) each
+    end it: the next search is computed again and sees the write."""
+    client, build = redis_up.target.client(), repository_build()
+    doc_id, query = f"cache-{time.time_ns()}", f"zorblax flux calibration {time.time_ns()}"
+
+    def stored(body):
+        """The search's answer is in Redis under the store's current version."""
+        key = cache_key("open", "retrieval", build, b"/v2/models/retrieval/infer\n\n" + body)
+        version = lambda: client.get(STORE_VERSION_PREFIX + "retrieval") or b"0"   # noqa: E731
+        return lambda: (client.get(key) or b"").startswith(version() + b"\n")
+
+    hit, first, body = _search(replicas[0], query)
+    assert hit == "miss" and doc_id not in _top_ids(first)
+    _wait(stored(body), "replica A stored the search")
+    hit, again, _ = _search(replicas[1], query)
+    assert (hit, again) == ("hit", first)
+
+    token = TOKENS["open"]
+    with RetrievalClient(replicas[1].grpc_url, token=token) as rc:   # gRPC to B: a write moves the version
+        assert rc.upsert([doc_id], [query]) == [False]
+    hit, after_upsert, _ = _search(replicas[0], query)
+    assert hit == "miss" and _top_ids(after_upsert)[0] == doc_id, after_upsert[:200]
+    _wait(stored(body), "replica A stored the search after the write")
+    assert _search(replicas[1], query)[:2] == ("hit", after_upsert)
+
+    delete = json.dumps({"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [""]},
+                                    {"name": "OP", "shape": [1, 1], "datatype": "BYTES", "data": ["delete"]},
+                                    {"name": "ID", "shape": [1, 1], "datatype": "BYTES", "data": [doc_id]}]})
+    request = urllib.request.Request(f"http://{replicas[0].http_url}/v2/models/retrieval/infer",
+                                     data=delete.encode(), method="POST",
+                                     headers={"authorization": f"Bearer {token}", "content-type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as r:   # HTTP to A
+        assert r.status == 200 and r.headers.get(HIT_HEADER) is None
+    hit, after_delete, _ = _search(replicas[1], query)
+    assert hit == "miss" and doc_id not in _top_ids(after_delete), after_delete[:200]
 
 
 def test_errors_are_never_cached(replicas, redis_up):

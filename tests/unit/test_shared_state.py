@@ -82,3 +82,24 @@ def test_config_with_redis_has_the_cache_filters_and_the_status_server(tmp_path)
     assert cfg["models"]["text_embedding"]["cacheable"] is True
     assert "redis" not in json.loads(plain.private_files()[CONFIG_FILE])
     assert os.path.basename(GCRA_SCRIPT) == "gcra.redis.lua"
+
+
+def test_a_store_endpoint_is_cached_with_a_version_and_its_reads_only():
+    """retrieval (an OP input: writes) is cacheable as a store whatever its response_cache; its version key
+    and the write input reach front_door.lua."""
+    from hotpath.config import parse_pbtxt
+    from hotpath.gateway.front_door import _public, front_door_json
+
+    config = parse_pbtxt('name: "retrieval" max_batch_size: 8 '
+                         'input { name: "TEXT" data_type: TYPE_STRING dims: [1] } '
+                         'input { name: "OP" data_type: TYPE_STRING dims: [1] optional: true } '
+                         'output { name: "IDS" data_type: TYPE_STRING dims: [-1] }')
+    store = _public("retrieval", config)
+    assert store.store and store.cacheable
+    del config.input[1]
+    plain = _public("search_only", config)
+    assert not plain.store and not plain.cacheable
+    cfg = json.loads(front_door_json((store, plain), (), 1, 1, "busy", "t", "k", RedisTarget("127.0.0.1", 1),
+                                     {"build": "b"}))
+    assert cfg["store_input"] == "OP" and cfg["cache"]["store_prefix"] == "hotpath:store_version:"
+    assert cfg["models"]["retrieval"]["store"] is True and cfg["models"]["search_only"]["store"] is False
