@@ -88,7 +88,7 @@ _BY_STATUS = {"INVALID_ARGUMENT": InvalidInputError, "UNAVAILABLE": ServerUnavai
 
 
 # Triton 2.51 after SIGTERM: NOT_FOUND "Request for unknown model: 'm' has no available versions" for the
-# seconds its models take to unload (2-6 s measured). The model is known but no version of it is READY on this
+# seconds its models take to unload. The model is known but no version of it is READY on this
 # server now (an unknown name says "is not found"): UNAVAILABLE to the caller, retried; a gateway may send it
 # elsewhere.
 _NO_VERSION_NOW = "has no available versions"

@@ -4,9 +4,9 @@
 repository, the tritonserver binary: docker/entrypoint.sh and the Kubernetes manifests name them).
 An accessor reads the variable when called (tests and child processes change the environment), from
 `os.environ` or from the mapping it is given (the container's command is built from one). Unset or
-empty means the default. README's "Environment variables" table lists every name here, and
-tests/unit/test_settings.py fails when code reads a variable other than through this module, or one
-missing from README. Stdlib only: the container and the Python stubs import it (docker/Dockerfile copies it).
+empty means the default. docs/configuration.md's "Environment variables" table lists every name here,
+and tests/unit/test_settings.py fails when code reads a variable other than through this module, or one
+missing from that table. Stdlib only: the container and the Python stubs import it (docker/Dockerfile copies it).
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ retrieval_data_dir = _setting("RETRIEVAL_DATA_DIR", None, _optional,
                               "the in-process vector store's data (WAL) directory (or its `data_dir` parameter)")
 
 # text_generation's engine: read inside Triton by hotpath.runtime.llm.settings.engine_python (the precision
-# gate calls that too); listed here for its default and README's table.
+# gate calls that too); listed here for its default and the docs' table.
 vllm_python = _setting("VLLM_PYTHON", None, _optional, "the vLLM environment's interpreter "
                        "(default .venv-vllm/bin/python, which scripts/setup.sh creates)")
 
@@ -119,7 +119,7 @@ vllm_python = _setting("VLLM_PYTHON", None, _optional, "the vLLM environment's i
 redis_url = _setting("REDIS_URL", None, _optional, "the fleet's Redis, redis://[:password@]host:port/db[?timeout_ms=N]: "
                      "shared quotas and exact cache of the gateway replicas (unset: each replica its own)")
 
-# Read by docker/entrypoint.sh, not by Python: listed so README's table is complete.
+# Read by docker/entrypoint.sh, not by Python: listed so the docs' table is complete.
 cache_dir = _setting("CACHE_DIR", "/cache", str, "container: volume for rebuilt TensorRT plans")
 on_incompatible = _setting("ON_INCOMPATIBLE", "rebuild", str,
                            "container: a plan that does not fit the GPU: rebuild | fail")

@@ -17,7 +17,7 @@ A restart reloads the model through explicit model control with a forcing config
 the existing instances when a load changes nothing). The replaced stubs get `old_stub_grace_s` to
 finish their requests and exit as Triton unloads the old version; any still alive then are killed
 (SIGKILL: a stub ignores SIGTERM): a hung execute() never returns, so Triton would never finish that
-unload and its stub (up to 1.4 GB) would stay for the server's lifetime. If tritonserver itself exits, it is restarted
+unload and its stub, with its model's memory, would stay for the server's lifetime. If tritonserver itself exits, it is restarted
 (`hotpath serve`), or, with `restart_server=False`, left to whoever supervises it (the container's
 hotpath.server.supervise exits with it, and the orchestrator restarts the container).
 """

@@ -1,5 +1,5 @@
-"""hotpath.settings: every environment variable the code reads has an accessor there and a row in README's
-table, and only the files listed below still read one without it."""
+"""hotpath.settings: every environment variable the code reads has an accessor there and a row in the table of
+docs/configuration.md, and only the files listed below still read one without it."""
 
 import re
 
@@ -40,12 +40,12 @@ def test_every_variable_the_code_names_has_an_accessor():
     assert not missing, f"add these to hotpath/settings.py: {missing}"
 
 
-def test_readme_lists_every_variable():
-    readme = (paths.ROOT / "README.md").read_text()
-    table = readme[readme.index("## Environment variables"):]
+def test_the_docs_list_every_variable():
+    doc = (paths.ROOT / "docs" / "configuration.md").read_text()
+    table = doc[doc.index("## Environment variables"):]
     listed = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", table[:table.index("\n\n", table.index("|---"))]))
-    assert set(settings.SETTINGS) - listed == set(), "README's table lacks these"
-    assert listed - set(settings.SETTINGS) == set(), "README lists variables hotpath.settings does not know"
+    assert set(settings.SETTINGS) - listed == set(), "docs/configuration.md's table lacks these"
+    assert listed - set(settings.SETTINGS) == set(), "docs/configuration.md lists variables hotpath.settings does not know"
 
 
 def test_no_file_but_settings_reads_a_variable():
