@@ -42,14 +42,15 @@ perf: engines
 perf-quick: engines
 	@$(HOTPATH) perf --quick
 
+# The lab (perf/: rival servers, studies) is not installed; it runs from this folder as `python -m perf`.
 perf-compare: engines
-	@$(HOTPATH) perf --compare $(PERF_ARGS)
+	@$(PY) -m perf compare $(PERF_ARGS)
 
 perf-check: engines
 	@$(HOTPATH) perf-check
 
 soak: engines
-	@$(HOTPATH) study soak $(SOAK_ARGS)
+	@$(PY) -m perf study soak $(SOAK_ARGS)
 
 ENDPOINT ?= text_embedding
 tune: engines

@@ -151,13 +151,23 @@ def cmd_perf_check(args: argparse.Namespace) -> int:
     return 1 if missed else 0
 
 
-def cmd_tune(args: argparse.Namespace) -> int:
+def _moved(old: str, new: str) -> int:
+    """An old spelling whose code moved to the lab (perf/ in a checkout, not installed): say where, exit 2."""
+    print(f"hotpath: `{old}` moved to the lab, which is not installed: from a hotpath checkout's root run "
+          f"`{new}`", file=sys.stderr)
+    return 2
+
+
+def cmd_tune(args: argparse.Namespace, rival=None) -> int:
+    """`rival`: another searcher reported beside hotpath's (the lab's `python -m perf tune`)."""
     from hotpath.perf.gate import before_measuring
     from hotpath.perf.tune.run import run_tune, write_winner
     from hotpath.repository_build import build_repository
     from hotpath.server.process import server_url
     from hotpath.slo import load_slos
 
+    if args.vs_model_analyzer:
+        return _moved("hotpath tune --vs-model-analyzer", "python -m perf tune ENDPOINT")
     slos = load_slos(args.profile)
     if args.quick:
         return _tune_quick(args, slos)
@@ -168,7 +178,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     before_measuring([slos[args.endpoint]], args.allow_busy)
     with server_url(args.url) as url:
         best, trials, record = run_tune(url, slos[args.endpoint], args.max_trials or 12, args.concurrency, args.threads,
-                                        vs_model_analyzer=args.vs_model_analyzer)
+                                        rival=rival)
     if args.no_write:
         return 0
     for line in write_winner(best, trials[0]):
@@ -194,11 +204,14 @@ def _tune_quick(args: argparse.Namespace, slos: dict) -> int:
     return 0
 
 
-def cmd_perf(args: argparse.Namespace) -> int:
+def cmd_perf(args: argparse.Namespace, beside=None) -> int:
+    """`beside`: what the lab's `python -m perf compare` measures next to each sweep (hotpath.perf.run.Beside)."""
     from hotpath.perf.run import run_perf
     from hotpath.server.process import server_url
     from hotpath.slo import load_slos
 
+    if beside is None and (args.compare or args.alternative):
+        return _moved("hotpath perf --compare", "python -m perf compare")
     slos = load_slos(args.profile)
     if args.explain:
         return _explain(args, slos)
@@ -207,8 +220,7 @@ def cmd_perf(args: argparse.Namespace) -> int:
 
     quiet = before_measuring([slos[e] for e in endpoints], args.allow_busy)
     with server_url(args.url) as url:
-        run_perf(url, slos, endpoints, quick=args.quick, compare=args.compare, name=args.name, quiet=quiet,
-                 alternatives=args.alternative)
+        run_perf(url, slos, endpoints, quick=args.quick, name=args.name, quiet=quiet, beside=beside)
     return 0
 
 
@@ -322,14 +334,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=settings.perf_profile())
     p.add_argument("--endpoint", action="append", help="sweep only this endpoint (repeatable)")
     p.add_argument("--quick", action="store_true", help="smoke: two load points per endpoint, short windows")
-    p.add_argument("--compare", action="store_true",
-                   help="also measure the alternatives: default config, FastAPI, PyTriton, Model Analyzer, floor")
-    p.add_argument("--alternative", action="append", metavar="LABEL",
-                   help="with --compare: only this alternative (repeatable; labels in hotpath/perf/registry.py)")
+    # Moved to the lab (`python -m perf compare`); kept so that the old spelling says where.
+    p.add_argument("--compare", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--alternative", action="append", help=argparse.SUPPRESS)
     p.add_argument("--explain", metavar="ENDPOINT", default=None,
                    help="trace every request at concurrency 1 and the SLO's load; print where the time goes and "
                         "write perf/reports/explain-ENDPOINT.md with a timeline")
-    p.add_argument("--name", default=None, help="report name (default: perf, perf-quick or compare)")
+    p.add_argument("--name", default=None, help="report name (default: perf or perf-quick)")
     p.add_argument("--url", default=None)
     _allow_busy_flag(p)
     p.set_defaults(func=cmd_perf)
@@ -354,8 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="closed-loop sweep, comma-separated (the SLO's declared load is always added)")
     p.add_argument("--threads", type=int, default=None,
                    help="most busy threads over all steps (default: the cores, or what the start uses if more)")
-    p.add_argument("--vs-model-analyzer", action="store_true",
-                   help="also let Model Analyzer search the bottleneck step and report both")
+    p.add_argument("--vs-model-analyzer", action="store_true", help=argparse.SUPPRESS)  # moved: python -m perf tune
     _allow_busy_flag(p)
     p.add_argument("--url", default=None, help="use a running server (started with explicit model control)")
     p.add_argument("--no-write", action="store_true", help="measure only; leave the specs alone")
@@ -365,31 +375,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--check", action="store_true", help="fail when a generated file is stale; write nothing")
     p.set_defaults(func=cmd_monitoring)
 
-    p = sub.add_parser("study", help="run a measurement study (hotpath/perf/studies/); its report goes to perf/reports/",
-                       description="Run a study by name; the arguments after NAME are the study's own "
-                                   "(`hotpath study NAME --help`). Without NAME: the list.")
-    p.add_argument("name", nargs="?", help="the study; omit to list them")
-    p.add_argument("study_args", nargs=argparse.REMAINDER, help="the study's own arguments")
-    p.set_defaults(func=cmd_study)
+    p = sub.add_parser("study", help="moved to the lab: `python -m perf study NAME` from a checkout")
+    p.add_argument("study_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=lambda args: _moved("hotpath study", "python -m perf study NAME"))
     return parser
 
 
-def cmd_study(args) -> int:
-    from hotpath.perf.studies import runner
-
-    if not args.name:
-        print(runner.listing())
-        return 0
-    return runner.run(args.name, args.study_args)
+def subcommand(name: str) -> argparse.ArgumentParser:
+    """The parser of one subcommand (the lab's `python -m perf compare` and `tune` extend `perf` and `tune`)."""
+    action, = (a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return action.choices[name]
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(args: argparse.Namespace, prog: str = "hotpath", **hooks) -> int:
+    """Run a parsed command: logging set up, a HotpathError as one line and its exit status."""
     logs.configure()
     try:
-        return args.func(args)
+        return args.func(args, **hooks)
     except HotpathError as exc:
-        print(f"hotpath {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{prog} {args.command}: error: {exc}", file=sys.stderr)
         return getattr(exc, "exit_code", 1)  # client errors: distinct statuses (bad input vs unavailable)
     except KeyboardInterrupt:
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser().parse_args(argv))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from hotpath.perf.compare.alternatives.floor import Floor
+from hotpath.perf.measure.floor import Floor
 from hotpath.perf.measure.host_load import QuietReport, require_quiet
 from hotpath.perf.measure.perf_analyzer import Measurement, PerfPoint
 from hotpath.perf.measure.point import measure, response_cache_off

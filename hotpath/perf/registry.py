@@ -1,21 +1,20 @@
 """The perf registry: one entry per endpoint tells every perf tool what it needs.
 
 Payloads (the endpoint's and each step model's --input-data), the in-process pipeline (the floor,
-and what the FastAPI and PyTriton alternatives serve), the alternatives, the step a single-model
-tuner searches, and extra report sections. A new endpoint is one more entry here.
+and what the lab's FastAPI and PyTriton alternatives serve) and the real inputs it runs on. A new
+endpoint is one more entry here (and, to compare it with rivals, one in the lab's perf/compare/rivals.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from hotpath.errors import HotpathError
-from hotpath.perf.compare.alternatives import launch
-from hotpath.perf.compare.alternatives.floor import Floor, measure_floor
-from hotpath.perf.compare.alternatives.pipelines import (
+from hotpath.perf.measure.floor import Floor, measure_floor
+from hotpath.perf.measure.pipelines import (
     IMAGE_CLASSIFIER_GRAPH,
     RETRIEVAL_GRAPH,
     SENTENCE_EMBEDDER_GRAPH,
@@ -41,10 +40,7 @@ class PerfEntry:
     pipeline: Callable[[int, bool], Callable]      # (ORT threads, spinning) -> the whole endpoint in-process
     samples: Callable[[], list]                    # real inputs for in-process runs
     floor_batches: tuple[int, ...]
-    searched_step: str                             # the step Model Analyzer gets (it cannot search ensembles)
-    alternatives: tuple[launch.Alternative, ...]
     graph: str = ""                                # the ONNX file the endpoint serves (repository-relative)
-    extra_sections: Callable | None = field(default=None, repr=False)  # (url, endpoint, log) -> report lines
 
     def make_pipeline(self, threads: int, spinning: bool) -> Callable:
         """The endpoint in-process, on the very graph file it serves (so the same precision)."""
@@ -61,56 +57,28 @@ class PerfEntry:
         return measure_floor(self.make_pipeline, self.samples(), batches, 1.0 if quick else 3.0, unit=self.unit, log=log)
 
 
-def _cache_sections(url: str, endpoint: str, log) -> list[str]:
-    from hotpath.perf.measure.response_cache import measure_cache
-
-    return measure_cache(url, endpoint, log=log)
-
-
 def _payloads(*models: str) -> dict[str, Payload]:
     return {m: PAYLOADS[m] for m in models}
 
 
 TEXT_EMBEDDING = PerfEntry(
-    # One step (tokenizer + encoder in one Python model): Model Analyzer searches that step.
     name="text_embedding", unit="texts", payloads=_payloads("text_embedding", "sentence_embedder"),
-    pipeline=TextPipeline, samples=short_texts, floor_batches=(1, 4, 8, 16), searched_step="sentence_embedder",
-    graph=SENTENCE_EMBEDDER_GRAPH,
-    alternatives=(launch.triton_default(),
-                  launch.fastapi("sync", 1, "tokenizer + ORT per request"),
-                  launch.fastapi("async", 2, "tokenizer + ORT per request"),
-                  launch.pytriton(),
-                  launch.model_analyzer()),
-    extra_sections=_cache_sections)
+    pipeline=TextPipeline, samples=short_texts, floor_batches=(1, 4, 8, 16), graph=SENTENCE_EMBEDDER_GRAPH)
 
 ENDPOINTS: dict[str, PerfEntry] = {e.name: e for e in (
     TEXT_EMBEDDING,
-    # The two-model variant (Python tokenizer -> encoder on a native backend: the TensorRT path on GPU hosts),
-    # compared with the same alternatives.
+    # The two-model variant (Python tokenizer -> encoder on a native backend: the TensorRT path on GPU hosts).
     dataclasses.replace(
         TEXT_EMBEDDING, name="text_embedding_exact",
-        payloads=_payloads("text_embedding_exact", "tokenizer", "text_encoder"),
-        searched_step="text_encoder", graph=TEXT_ENCODER_GRAPH, extra_sections=None),
+        payloads=_payloads("text_embedding_exact", "tokenizer", "text_encoder"), graph=TEXT_ENCODER_GRAPH),
     PerfEntry(
         name="image_classification", unit="images",
         payloads=_payloads("image_classification", "image_preprocess", "image_classifier"),
-        pipeline=ImagePipeline, samples=lambda: [jpeg_photo()], floor_batches=(1, 4, 8),
-        searched_step="image_classifier", graph=IMAGE_CLASSIFIER_GRAPH,
-        alternatives=(launch.triton_default(),
-                      launch.fastapi("sync", 1, "Pillow decode + hotpath's preprocess + ORT per request"),
-                      launch.fastapi("async", 2, "Pillow decode + hotpath's preprocess + ORT per request"),
-                      launch.pytriton(),
-                      launch.model_analyzer())),
-    # One Python model (embedding + faiss search); the two-hop and pgvector comparison is its own run
-    # (hotpath study retrieval_compare, perf/reports/retrieval.md).
+        pipeline=ImagePipeline, samples=lambda: [jpeg_photo()], floor_batches=(1, 4, 8), graph=IMAGE_CLASSIFIER_GRAPH),
+    # One Python model (embedding + faiss search).
     PerfEntry(
         name="retrieval", unit="queries", payloads=_payloads("retrieval"), pipeline=RetrievalPipeline,
-        samples=short_texts, floor_batches=(1, 4, 8, 16), searched_step="retrieval", graph=RETRIEVAL_GRAPH,
-        alternatives=(launch.triton_default(),
-                      launch.fastapi("sync", 1, "tokenizer + ORT + faiss search per request"),
-                      launch.fastapi("async", 2, "tokenizer + ORT + faiss search per request"),
-                      launch.pytriton(),
-                      launch.model_analyzer())),
+        samples=short_texts, floor_batches=(1, 4, 8, 16), graph=RETRIEVAL_GRAPH),
 )}
 
 

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from hotpath.perf.compare.alternatives.floor import Floor  # noqa: E402
+from hotpath.perf.measure.floor import Floor  # noqa: E402
 from hotpath.perf.measure.perf_analyzer import PerfPoint  # noqa: E402
 from hotpath.perf.measure.server_stats import PHASES  # noqa: E402
 from hotpath.perf.measure.sweep import throughput_at_target  # noqa: E402

@@ -1,7 +1,7 @@
 """The tenant gateway (NGINX, hotpath.gateway) in front of a real tritonserver on loopback, gRPC and HTTP:
 tokens, per-tenant rate limits, the body limit, and admission control at about twice capacity. No timing
 bound (the host is shared): latencies are compared within one run, on NGINX's own clock where possible;
-the latency figures at 1x and 2x capacity come from hotpath/perf/studies/overload_gateway.py."""
+the latency figures at 1x and 2x capacity come from perf/studies/overload_gateway.py."""
 
 import json
 import os

@@ -5,23 +5,23 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from hotpath.client import ClassificationClient, EmbeddingClient
-from hotpath.perf.compare.alternatives import launch
-from hotpath.perf.compare.side_by_side import configured_models
 from hotpath.perf.measure import perf_analyzer as analyzer
 from hotpath.perf.measure.perf_analyzer import Measurement
-from hotpath.perf.registry import get_endpoint
 from hotpath.samples import jpeg_photo, payload_for
+from perf.compare.alternatives import launch
+from perf.compare.rivals import rivals_for
+from perf.compare.side_by_side import configured_models
 
 SHORT = Measurement(interval_ms=1000, stability_pct=100, max_trials=3)
 
 
 def _context(url: str, endpoint: str) -> launch.Context:
-    return launch.Context(url, endpoint, configured_models(endpoint), get_endpoint(endpoint).searched_step, 60.0, 1,
+    return launch.Context(url, endpoint, configured_models(endpoint), rivals_for(endpoint).searched_step, 60.0, 1,
                           log=lambda m: None)
 
 
 def _alternative(endpoint: str, label: str) -> launch.Alternative:
-    (alt,) = [a for a in get_endpoint(endpoint).alternatives if a.label == label]
+    (alt,) = [a for a in rivals_for(endpoint).alternatives if a.label == label]
     return alt
 
 

@@ -2,16 +2,16 @@
 
 Nothing lost, no errors, and memory flat in the second half: the response cache is made small so it
 fills in the first seconds. p95 over time is a benchmark figure, not asserted here (a shared 2-core
-host makes windows noisy): the 5-minute version, `hotpath study soak`, reports it
+host makes windows noisy): the 5-minute version, `python -m perf study soak`, reports it
 (perf/reports/soak.md).
 """
 
 import pytest
 
-from hotpath.perf.studies.soak import run_soak, unique_jpeg
 from hotpath.samples import jpeg_photo
 from hotpath.server.ports import ServerPorts, free_ports
 from hotpath.server.process import LocalTriton
+from perf.studies.soak import run_soak, unique_jpeg
 
 pytestmark = pytest.mark.slow   # minutes of load: `pytest -m 'not slow'` leaves it out
 

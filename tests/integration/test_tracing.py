@@ -14,10 +14,10 @@ import tritonclient.grpc as grpcclient
 from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.perf.explain.otlp import spans, to_fragments
 from hotpath.perf.explain.trace import parse_fragments, request_segments
-from hotpath.perf.studies.cold_start import send_sample
 from hotpath.repository_build import build_repository
 from hotpath.server.ports import free_ports
 from hotpath.server.subset import linked
+from perf.studies.cold_start import send_sample
 from tests.otlp_receiver import OtlpReceiver
 
 # The first endpoint of perf/slo.toml that is an ensemble of several steps (shapes from the repository).

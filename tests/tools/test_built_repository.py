@@ -9,11 +9,11 @@ import sys
 
 from hotpath import paths, tuned_values
 from hotpath.hardware_key import HardwareKey
-from hotpath.perf.studies.cold_start import without_warmup
 from hotpath.repository import read_config
 from hotpath.server.staging import stage_repository
 from hotpath.server.tracing import OtlpTracing
 from hotpath.tuned_values import TunedValues
+from perf.studies.cold_start import without_warmup
 
 
 def _entrypoint_args(repository, tmp_path, env: dict) -> list[str]:

@@ -1,4 +1,4 @@
-"""pyproject.toml declares what hotpath/ imports: every third-party import (any module, any depth, found by
+"""pyproject.toml declares what hotpath/ and the lab (perf/) import: every third-party import (any module, any depth, found by
 walking the syntax tree) belongs to a distribution named in `dependencies` or an extra, and every name there
 has its exact pin in a requirements file."""
 
@@ -41,9 +41,12 @@ def declared() -> dict[str, str]:
 
 
 def third_party_imports() -> dict[str, str]:
-    """Dotted module -> the first file importing it, for every absolute import outside the stdlib and hotpath."""
+    """Dotted module -> the first file importing it, for every absolute import outside the stdlib, hotpath and the
+    lab; the lab's (perf/compare, perf/studies) are declared in the `perf` extra."""
     found = {}
-    for path in sorted((paths.ROOT / "hotpath").rglob("*.py")):
+    lab = [*(paths.ROOT / "perf").glob("*.py"), *(paths.ROOT / "perf" / "compare").rglob("*.py"),
+           *(paths.ROOT / "perf" / "studies").rglob("*.py")]
+    for path in sorted([*(paths.ROOT / "hotpath").rglob("*.py"), *lab]):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Import):
                 modules = [a.name for a in node.names]
@@ -52,7 +55,7 @@ def third_party_imports() -> dict[str, str]:
             else:
                 continue
             for module in modules:
-                if module.split(".")[0] not in sys.stdlib_module_names | {"hotpath", "__future__"}:
+                if module.split(".")[0] not in sys.stdlib_module_names | {"hotpath", "perf", "__future__"}:
                     found.setdefault(module, str(path.relative_to(paths.ROOT)))
     return found
 
@@ -77,10 +80,10 @@ def distributions_of(module: str) -> frozenset[str]:
 
 
 def study_candidates() -> dict[str, str]:
-    """Import name -> pin of the libraries studies compare and install on their own (hotpath.perf.studies)."""
+    """Import name -> pin of the libraries studies compare and install on their own (perf.studies)."""
     import importlib
 
-    from hotpath.perf.studies import STUDIES
+    from perf.studies import STUDIES
 
     out = {}
     for module, _ in STUDIES.values():

@@ -1,12 +1,15 @@
-"""The package's layout rules: no import cycle between modules, every study reachable through one runner."""
+"""The package's layout rules: no import cycle between modules, the product never imports the lab (perf/),
+the wheel holds the product only, every study reachable through one runner."""
 
 import ast
 import importlib
+import re
 import subprocess
 import sys
+import tomllib
 
 from hotpath import paths
-from hotpath.perf.studies import STUDIES
+from perf.studies import STUDIES
 
 
 def _module_names() -> dict[str, ast.Module]:
@@ -90,21 +93,69 @@ def test_the_build_and_the_gateway_do_not_import_perf():
             assert not [t for t in graph[module] if t.startswith("hotpath.perf")], module
 
 
+def lab_references(tree: ast.Module) -> list[str]:
+    """What a module names of the lab: imports of `perf` / `perf.*`, and module paths in strings
+    (importlib.import_module("perf.studies..."), uvicorn's "perf.compare...:create_app")."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[0] == "perf"]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "perf":
+            found.append(node.module)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and re.fullmatch(r"perf\.(compare|studies)(\.\w+)*(:\w+)?", node.value):
+            found.append(node.value)
+    return found
+
+
+def test_lab_reference_finder_finds_planted_references():
+    tree = ast.parse("import perf\nfrom perf.compare import x\nimport importlib\nimportlib.import_module('perf.studies.soak')\n"
+                     "from hotpath.perf import run\nprint('perf.md')\n")
+    assert lab_references(tree) == ["perf", "perf.compare", "perf.studies.soak"]
+
+
+def test_the_product_never_imports_the_lab():
+    """Data flows one way: perf/ (rival servers, studies) imports hotpath, never the reverse, so the installed
+    package runs without the checkout's perf/ folder."""
+    for name, tree in _module_names().items():
+        assert not lab_references(tree), f"{name} imports the lab: {lab_references(tree)}"
+
+
+def test_the_package_list_holds_no_lab_module():
+    """What pyproject's package discovery puts in the wheel (tests/tools/test_wheel.py builds the real one)."""
+    from setuptools import find_packages
+
+    found = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = find_packages(str(paths.ROOT), include=found["include"])
+    assert "hotpath" in packages and "hotpath.perf.measure" in packages
+    assert not [p for p in packages if p.split(".")[0] != "hotpath" or {"compare", "studies"} & set(p.split("."))]
+
+
 def test_every_study_runs_through_the_runner():
     for name, (module, what) in STUDIES.items():
         mod = importlib.import_module(module)
         assert callable(getattr(mod, "main", None)) and what, name
         source = (paths.ROOT / (module.replace(".", "/") + ".py")).read_text()
-        assert '__name__ == "__main__"' not in source, f"{module}: run it as `hotpath study {name}`"
-    assert not list((paths.ROOT / "perf").glob("*.py")), "perf/ holds data, SLOs and reports; studies live in hotpath"
+        assert '__name__ == "__main__"' not in source, f"{module}: run it as `python -m perf study {name}`"
+
+
+def _lab(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *argv], capture_output=True, text=True, cwd=paths.ROOT)
 
 
 def test_study_cli_lists_and_runs_help():
-    listed = subprocess.run([sys.executable, "-m", "hotpath", "study"], capture_output=True, text=True, cwd=paths.ROOT)
-    assert listed.returncode == 0 and set(STUDIES) <= {line.split()[0] for line in listed.stdout.splitlines()}
-    helped = subprocess.run([sys.executable, "-m", "hotpath", "study", "precision", "--help"], capture_output=True,
-                            text=True, cwd=paths.ROOT)
-    assert helped.returncode == 0 and "hotpath study precision" in helped.stdout
-    unknown = subprocess.run([sys.executable, "-m", "hotpath", "study", "nope"], capture_output=True, text=True,
-                             cwd=paths.ROOT)
+    listed = _lab("perf", "study")
+    assert listed.returncode == 0 and set(STUDIES) <= {line.split()[0] for line in listed.stdout.splitlines()[2:]}
+    helped = _lab("perf", "study", "precision", "--help")
+    assert helped.returncode == 0 and "python -m perf study precision" in helped.stdout
+    unknown = _lab("perf", "study", "nope")
     assert unknown.returncode == 1 and "no study 'nope'" in unknown.stderr
+
+
+def test_the_old_spellings_say_where_the_lab_went():
+    """`hotpath study`, `hotpath perf --compare` and `hotpath tune --vs-model-analyzer` name the lab's command."""
+    for old, new in ((["study", "soak"], "python -m perf study NAME"), (["perf", "--compare"], "python -m perf compare"),
+                     (["tune", "text_embedding", "--vs-model-analyzer"], "python -m perf tune ENDPOINT")):
+        run = _lab("hotpath", *old)
+        assert run.returncode == 2 and f"`{new}`" in run.stderr and len(run.stderr.splitlines()) == 1, run.stderr
+    assert _lab("perf", "compare", "--help").returncode == 0 and _lab("perf", "tune", "--help").returncode == 0

@@ -33,30 +33,43 @@ def test_every_endpoint_and_every_slo_has_a_registry_entry():
     assert served | in_slos <= set(endpoints.ENDPOINTS)
 
 
+def test_the_lab_compares_every_registered_endpoint():
+    from perf.compare.rivals import RIVALS
+
+    assert set(RIVALS) == set(endpoints.ENDPOINTS)
+
+
 @pytest.mark.parametrize("name", sorted(endpoints.ENDPOINTS))
 def test_registry_entry_is_complete(name):
     entry = endpoints.get_endpoint(name)
     steps = endpoint_steps(name)
     assert set(entry.payloads) >= {name, *steps}, "a payload for the endpoint and for every step"
-    assert entry.searched_step in steps
-    labels = [a.label for a in entry.alternatives]
-    assert len(labels) == len(set(labels))
-    assert {"default", "fastapi-sync", "fastapi-async", "pytriton", "model-analyzer"} <= set(labels)
     assert entry.floor_batches[0] == 1 and callable(entry.pipeline) and entry.samples()
 
 
-def test_alternatives_can_be_chosen_by_label():
-    from hotpath.perf.compare.side_by_side import choose
+@pytest.mark.parametrize("name", sorted(endpoints.ENDPOINTS))
+def test_the_labs_rivals_entry_is_complete(name):
+    from perf.compare.rivals import rivals_for
 
-    entry = endpoints.get_endpoint("image_classification")
-    assert [a.label for a in choose(entry, ["pytriton", "default"])] == ["default", "pytriton"]
-    assert choose(entry, None) == list(entry.alternatives)
+    rivals = rivals_for(name)
+    assert rivals.searched_step in endpoint_steps(name)
+    labels = [a.label for a in rivals.alternatives]
+    assert len(labels) == len(set(labels))
+    assert {"default", "fastapi-sync", "fastapi-async", "pytriton", "model-analyzer"} <= set(labels)
+
+
+def test_alternatives_can_be_chosen_by_label():
+    from perf.compare.rivals import rivals_for
+    from perf.compare.side_by_side import choose
+
+    assert [a.label for a in choose("image_classification", ["pytriton", "default"])] == ["default", "pytriton"]
+    assert choose("image_classification", None) == list(rivals_for("image_classification").alternatives)
     with pytest.raises(HotpathError, match="image_classification has no alternative fastapi "):
-        choose(entry, ["fastapi", "pytriton"])
+        choose("image_classification", ["fastapi", "pytriton"])
 
 
 def test_default_config_reaches_single_model_endpoints_and_ensemble_steps():
-    from hotpath.perf.compare.side_by_side import configured_models
+    from perf.compare.side_by_side import configured_models
 
     for name in endpoints.ENDPOINTS:
         steps = endpoint_steps(name)
@@ -205,7 +218,7 @@ def test_allow_busy_comes_from_the_environment(monkeypatch):
 def test_kserve_binary_round_trip_through_the_real_http_client():
     import tritonclient.http as httpclient
 
-    from hotpath.perf.compare.alternatives.fastapi_app import decode_request, encode_response
+    from perf.compare.alternatives.fastapi_app import decode_request, encode_response
 
     texts = np.array([["a photo of an astronaut"], ["ünïcode"]], dtype=np.object_)
     inp = httpclient.InferInput("TEXT", [2, 1], "BYTES")

@@ -52,7 +52,7 @@ def _point(p95, steps=None):
 
 
 def test_check_rows_pass_and_miss_with_the_floor_ratio():
-    from hotpath.perf.compare.alternatives.floor import Floor
+    from hotpath.perf.measure.floor import Floor
 
     slo = Slo("text_embedding", 25.0, 8, Path("x.json"))
     steps = {"tokenizer": {"queue_us": 900, "compute_infer_us": 2000},
@@ -86,7 +86,7 @@ def test_breakdown_is_a_per_request_delta_and_finds_the_bottleneck():
 
 
 def test_default_config_drops_batching_and_extra_instances():
-    from hotpath.perf.compare.alternatives.launch import default_config
+    from perf.compare.alternatives.launch import default_config
 
     encoder = read_config(paths.model_repository() / "text_encoder")
     encoder.instance_group[0].count = 3
@@ -112,9 +112,10 @@ def test_parse_csv_of_a_server_without_triton_statistics():
 
 
 def test_side_by_side_section_reports_ratios_to_hotpath_and_to_the_floor():
-    from hotpath.perf.compare.alternatives.floor import Floor
-    from hotpath.perf.compare.side_by_side import section
+    from hotpath.perf.measure.floor import Floor
     from hotpath.perf.registry import get_endpoint
+    from perf.compare.rivals import rivals_for
+    from perf.compare.side_by_side import section
 
     slo = Slo("text_embedding", 25.0, 8, Path("x.json"))
 
@@ -126,7 +127,7 @@ def test_side_by_side_section_reports_ratios_to_hotpath_and_to_the_floor():
               pt("fastapi-async", 2, 20, 120)]
     floor = Floor("texts", [{"batch": 1, "spinning": False, "throughput": 140.0, "p50_ms": 8, "p95_ms": 10},
                             {"batch": 8, "spinning": True, "throughput": 170.0, "p50_ms": 50, "p95_ms": 60}])
-    text = "\n".join(section(slo, get_endpoint("text_embedding"), points, floor,
+    text = "\n".join(section(slo, get_endpoint("text_embedding"), rivals_for("text_embedding"), points, floor,
                              {"fastapi-async": "1 worker", "pytriton": "failed: no port"}))
     assert "| hotpath (tuned config in the specs) | 100.0 | 1.00 | 0.71 | 8.5 ms | 110.0 ms |" in text
     assert "| Triton, default config | 60.0 | 0.60 | 0.43 | 9.5 ms |" in text
@@ -138,7 +139,7 @@ def test_side_by_side_section_reports_ratios_to_hotpath_and_to_the_floor():
 
 
 def test_reports_carry_the_floor_and_the_ratios_to_it(tmp_path):
-    from hotpath.perf.compare.alternatives.floor import Floor
+    from hotpath.perf.measure.floor import Floor
     from hotpath.perf.report import floor_section, write_report
 
     slo = Slo("text_embedding", 25.0, 8, Path("x.json"), floor_ratio_goal=0.75)
@@ -159,7 +160,7 @@ def test_reports_carry_the_floor_and_the_ratios_to_it(tmp_path):
 def test_a_relative_verdict_reads_the_same_on_a_slower_host():
     """The same code on a host 3x slower: the absolute bound misses, the floor-scaled bound does not; a
     regression of the code misses both."""
-    from hotpath.perf.compare.alternatives.floor import Floor
+    from hotpath.perf.measure.floor import Floor
 
     slo = Slo("text_embedding", 25.0, 8, Path("x.json"), floor_reference_ms=3.0, verdict="relative")
 

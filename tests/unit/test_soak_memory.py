@@ -2,7 +2,7 @@
 slow host, the backlog) fills is not a leak; RSS that keeps growing after it is."""
 
 from hotpath.perf.measure.open_loop import OpenLoopResult, Outcome
-from hotpath.perf.studies.soak import MemorySample, SoakResult
+from perf.studies.soak import MemorySample, SoakResult
 
 
 def _result(rss, cache):

@@ -8,8 +8,6 @@ import pytest
 import torch
 
 from hotpath.errors import HotpathError
-from hotpath.perf.compare.alternatives.generation_fastapi import TokenStreamer
-from hotpath.perf.compare.generation import draft_steps, lookup_draft, no_prefix_cache, one_at_a_time, report
 from hotpath.perf.measure.streaming import (
     StreamRecord,
     markdown_table,
@@ -18,6 +16,8 @@ from hotpath.perf.measure.streaming import (
     summarize,
 )
 from hotpath.slo import StreamingSlo, load_streaming_slos
+from perf.compare.alternatives.generation_fastapi import TokenStreamer
+from perf.compare.generation import draft_steps, lookup_draft, no_prefix_cache, one_at_a_time, report
 
 
 def test_summarize_separates_first_token_from_inter_token_gaps():

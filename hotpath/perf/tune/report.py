@@ -1,4 +1,5 @@
-"""perf/reports/tune-<endpoint>.md: every trial of a tuning run, the winner, its cost, Model Analyzer beside it."""
+"""perf/reports/tune-<endpoint>.md: every trial of a tuning run, the winner, its cost, a rival searcher beside it
+when one ran (the lab's `python -m perf tune`: Triton Model Analyzer)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hotpath.perf.tune.search_space import SearchSpace, State
 
 @dataclass
 class Rival:
-    """Model Analyzer's search of the endpoint's searched step, its pick measured with hotpath's objective."""
+    """A rival searcher's (Model Analyzer's) search of one step, its pick measured with hotpath's objective."""
 
     step: str
     search_seconds: float
@@ -45,7 +46,7 @@ def write_summary(reports_dir: Path | None, endpoint: str, *args, **kwargs) -> P
 
 def summary(endpoint: str, command: str, objective: Objective, space: SearchSpace, best: Trial, trials: list[Trial],
             seconds: float, rival: Rival | None = None, load: list[float] | None = None) -> str:
-    """The tuning report: every trial, the winner, the search cost, Model Analyzer beside it."""
+    """The tuning report: every trial, the winner, the search cost, the rival's pick beside it (when one ran)."""
     sweep = objective.sweep
     lines = [
         f"# tune: {endpoint}", "",
@@ -71,16 +72,16 @@ def summary(endpoint: str, command: str, objective: Objective, space: SearchSpac
     lines += ["", f"Start: {_state_text(space.start)}.", "",
               f"Winner: trial {best.number}: {_state_text(best.state, space.start)}; "
               f"{objective.describe(best)} (start: {objective.describe(base)}).", ""]
-    lines += ["## Against Triton Model Analyzer", ""]
     if rival is None:
-        lines.append("Not run this time (`hotpath tune ENDPOINT --vs-model-analyzer`).")
-    elif rival.trial is None:
+        return "\n".join(lines) + "\n"
+    lines += ["## Against Triton Model Analyzer", ""]
+    if rival.trial is None:
         lines.append(f"Model Analyzer failed on {rival.step}: {rival.error}")
     else:
         lines += [
             (f"Model Analyzer searched {rival.step}, the endpoint's one model, " if rival.step == endpoint else
              f"Model Analyzer cannot search ensembles: it searched the endpoint's heaviest step ({rival.step}) alone, ")
-            + f"{rival.configs_measured} configs (hotpath/perf/compare/alternatives/model_analyzer.py); its pick was then "
+            + f"{rival.configs_measured} configs (perf/compare/tune_rival.py); its pick was then "
             f"measured on this server with the same objective.", "",
             "| searcher | best config | within target /s | p95 @%d ms | search time s |" % objective.declared,
             "|---|---|---:|---:|---:|",

@@ -10,6 +10,7 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Protocol
 
 import tritonclient.grpc as grpcclient
 from google.protobuf import json_format
@@ -22,7 +23,6 @@ from hotpath.perf.measure import perf_analyzer as analyzer
 from hotpath.perf.measure.perf_analyzer import Measurement
 from hotpath.perf.measure.point import endpoint_steps, measure, response_cache_off
 from hotpath.perf.measure.reconfigure import load_config, served_config
-from hotpath.perf.registry import get_endpoint
 from hotpath.perf.tune.hill_climb import Objective, Point, Trial, tune
 from hotpath.perf.tune.report import Rival, write_summary
 from hotpath.perf.tune.search_space import SearchSpace, State
@@ -104,15 +104,24 @@ class LiveEvaluator:
         return Trial(0, {m: dict(k) for m, k in state.items()}, points, change, seconds=time.perf_counter() - t0)
 
 
+class RivalSearch(Protocol):
+    """Another searcher, given the live evaluator after hotpath's search (the lab's perf.compare.tune_rival)."""
+
+    command: str    # the command line the report quotes
+
+    def __call__(self, evaluate: LiveEvaluator, space: SearchSpace, objective: Objective, log) -> Rival: ...
+
+
 def run_tune(url: str, slo: Slo, max_trials: int = 12, concurrencies: tuple[int, ...] = TUNE_SWEEP,
              thread_budget: int | None = None, measurement: Measurement = TUNE_MEASUREMENT,
-             vs_model_analyzer: bool = False, reports_dir: Path | None = None,
+             rival: RivalSearch | None = None, reports_dir: Path | None = None,
              log=logger.info, command: str | None = None) -> tuple[Trial, list[Trial], Path]:
-    """Tune every step of `slo.endpoint`; returns (best, trials, trial log path) and writes the summary report."""
+    """Tune every step of `slo.endpoint`; returns (best, trials, trial log path) and writes the summary report.
+    `rival`: another searcher run after hotpath's, its pick reported beside (the lab's `python -m perf tune`)."""
     objective = Objective(slo.p95_ms, tuple(concurrencies), slo.concurrency)
     ensure_input(slo.input_data, f"endpoint {slo.endpoint} in perf/slo.toml")   # payloads made on first use
     record = runs_dir() / f"tune-{slo.endpoint}-{time.strftime('%Y%m%dT%H%M%S')}.jsonl"
-    rival = None
+    against = None
     load = [os.getloadavg()[0]]
     with response_cache_off(url, slo.endpoint):
         # Configs are read with the response cache off: every reload of a trial keeps it off.
@@ -134,15 +143,15 @@ def run_tune(url: str, slo: Slo, max_trials: int = 12, concurrencies: tuple[int,
         seconds = time.perf_counter() - t0
         # Rewrite the log with final numbering and acceptance (lines were appended as measured).
         record.write_text("".join(json.dumps(t.to_dict()) + "\n" for t in trials))
-        if vs_model_analyzer:
-            rival = model_analyzer_rival(evaluate, space, objective, get_endpoint(slo.endpoint).searched_step, log)
+        if rival:
+            against = rival(evaluate, space, objective, log)
     leave_running(url, best.state)
     load.append(os.getloadavg()[0])
     log(f"[tune] {len(trials)} trials in {seconds:.0f}s; best: trial {best.number} ({best.change}): "
         f"{objective.describe(best)}")
-    command = command or (f"hotpath tune {slo.endpoint} --max-trials {max_trials} --concurrency "
-               f"{','.join(map(str, concurrencies))}" + (" --vs-model-analyzer" if vs_model_analyzer else ""))
-    write_summary(reports_dir, slo.endpoint, command, objective, space, best, trials, seconds, rival, load)
+    command = command or (f"{rival.command if rival else 'hotpath tune'} {slo.endpoint} --max-trials {max_trials} "
+                          f"--concurrency {','.join(map(str, concurrencies))}")
+    write_summary(reports_dir, slo.endpoint, command, objective, space, best, trials, seconds, against, load)
     return best, trials, record
 
 
@@ -159,21 +168,3 @@ def write_winner(best: Trial, start: Trial, specs_dir: Path | None = None) -> li
     """Write the knobs the tuner moved into build/<model>.toml (read afresh); returns what changed."""
     return [f"build/{model}.toml: {change}" for model, knobs in best.state.items()
             for change in write_back(model, knobs, specs_dir, start=start.state.get(model, {}))]
-
-
-def model_analyzer_rival(evaluate: LiveEvaluator, space: SearchSpace, objective: Objective, step: str,
-                         log=logger.info) -> Rival:
-    """Let Model Analyzer search `step` alone (it cannot search ensembles), then sweep its pick in the ensemble."""
-    from hotpath.perf.compare.alternatives.model_analyzer import run_model_analyzer
-
-    try:
-        ma = run_model_analyzer(step, objective.target_ms, list(objective.sweep), log=log)
-    except HotpathError as exc:
-        log(f"[tune] model analyzer failed: {exc}")
-        return Rival(step, 0.0, 0, {}, error=str(exc).splitlines()[0])
-    settings = {k: v for k, v in ma.best_settings.items() if k in space.start[step]}
-    state = {**space.start, step: {**space.start[step], **settings}}
-    trial = evaluate.sweep(state, f"Model Analyzer's pick for {step}")
-    log(f"[tune] model analyzer: {ma.configs_measured} configs of {step} in {ma.search_seconds:.0f}s; "
-        f"its pick {settings}: {objective.describe(trial)}")
-    return Rival(step, ma.search_seconds, ma.configs_measured, settings, trial)

@@ -1,6 +1,6 @@
 """Alternative (not deployed): top-5 softmax postprocess as its own Python-backend step.
 
-Used only by hotpath/perf/studies/postprocess_choice.py to measure what a Python postprocess hop would cost
+Used only by perf/studies/postprocess_choice.py to measure what a Python postprocess hop would cost
 against doing softmax/top-k/label lookup inside the classifier graph.
 """
 

@@ -1,0 +1,27 @@
+"""Studies: measurements behind one report each in perf/reports/, run as `python -m perf study NAME [ARGS]`.
+
+Each study is a module with `main(argv) -> int`; `perf.studies.runner` is the one way in
+(argument parser, SIGTERM handling, the quiet-host check). perf/ at the top keeps only data, SLOs
+and reports.
+"""
+
+# name -> (module, what it measures). The comparisons with peers live in perf.compare.
+STUDIES: dict[str, tuple[str, str]] = {
+    "cold_start": ("perf.studies.cold_start", "process start to READY, model loads, warmup, first requests"),
+    "decode": ("perf.studies.decode", "JPEG decoders (Pillow draft vs libjpeg-turbo bindings) by source size"),
+    "fixed_cost": ("perf.studies.fixed_cost", "one request's phases and ORT thread/spin layouts, in process"),
+    "fixed_cost_server": ("perf.studies.fixed_cost_server", "text_embedding's step layouts through one server, interleaved"),
+    "fairness": ("perf.studies.fairness", "a small tenant's latency beside one saturating the replica"),
+    "failover": ("perf.studies.failover", "a replica SIGKILLed under load behind the gateway and the balancer"),
+    "generation_compare": ("perf.compare.generation", "text generation vs llama.cpp and transformers"),
+    "image_payload": ("perf.studies.image_payload", "write a real-JPEG --input-data file for perf_analyzer"),
+    "openai_api": ("perf.compare.openai_api", "the OpenAI API's own cost, and /v1/embeddings vs infinity-emb"),
+    "monitoring_snapshot": ("perf.studies.monitoring_snapshot", "what the dashboards show under load"),
+    "overload_gateway": ("perf.studies.overload_gateway", "admission control at 1x and 2x capacity"),
+    "postprocess_choice": ("perf.studies.postprocess_choice", "where image postprocessing should run"),
+    "precision": ("perf.studies.precision", "FP32 vs INT8 per model: speed and the gates' figures"),
+    "retrieval_ann": ("perf.studies.retrieval_ann", "the ANN library for retrieval (faiss, hnswlib, usearch)"),
+    "retrieval_compare": ("perf.compare.retrieval", "retrieval vs pgvector, two hops and FastAPI"),
+    "retrieval_latency": ("perf.studies.retrieval_latency", "retrieval in one model vs its parts at c=1"),
+    "soak": ("perf.studies.soak", "every endpoint at a steady open-loop load for minutes"),
+}
