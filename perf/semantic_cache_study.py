@@ -94,12 +94,11 @@ def load_pairs(path: Path = PAIRS) -> list[dict]:
 
 
 def embed_all(url: str, texts: list[str]) -> np.ndarray:
-    """text_embedding's vectors for `texts`, L2-normalized again (the endpoint's already are; a cosine either way)."""
+    """text_embedding's vectors for `texts`, as the endpoint returns them."""
     from hotpath.client import EmbeddingClient
 
     with EmbeddingClient(url) as client:
-        vectors = client.embed(texts).astype(np.float64)
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+        return client.embed(texts).astype(np.float64)
 
 
 def pair_cosines(pairs: list[dict], vectors: dict[str, np.ndarray]) -> np.ndarray:
@@ -243,7 +242,9 @@ def main(argv: list[str] | None = None) -> int:
         with LocalTriton(repository=repo, ports=ServerPorts(http=http, grpc=grpc, metrics=metrics)) as server:
             matrix = embed_all(server.grpc_url, texts)
         where = "a local tritonserver on the built model_repository/ (text_embedding + sentence_embedder)"
-    vectors = dict(zip(texts, matrix))
+    norms = np.linalg.norm(matrix, axis=1)
+    where += f"; {len(texts)} distinct prompts, vector norms {norms.min():.4f}-{norms.max():.4f}"
+    vectors = dict(zip(texts, matrix / norms[:, None]))   # already unit length: a cosine either way
     cos = pair_cosines(pairs, vectors)
     command = "flock /tmp/hotpath-it.lock .venv/bin/python perf/semantic_cache_study.py " + shlex.join(argv or sys.argv[1:])
     text = report(pairs, cos, unrelated_cosines(pairs, vectors), command.strip(), where)

@@ -48,6 +48,13 @@ def test_report_states_the_default_or_that_none_qualifies():
     assert "**None**" in text and "Nor does any threshold" in text
 
 
+def test_a_rewritten_report_keeps_its_hand_written_notes(tmp_path):
+    path = tmp_path / "r.md"
+    assert study.kept_notes(path) == ""
+    path.write_text("# old figures\n" + study.NOTES_MARKER + "\nmy reading\n")
+    assert study.kept_notes(path) == "\n" + study.NOTES_MARKER + "\nmy reading\n"
+
+
 def test_the_corpus_has_enough_distinct_pairs_of_each_label_in_every_domain():
     pairs = study.load_pairs()
     labels = Counter(p["label"] for p in pairs)
