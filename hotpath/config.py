@@ -90,7 +90,7 @@ def _check_warmup(spec: ModelSpec) -> None:
             if sample.WhichOneof("input_data_type") is None:
                 raise spec.error(f"{where}.inputs.{name}",
                                  "needs one of zero_data, random_data or input_data_file")
-            files = spec.hotpath.get("warmup_files", {})
+            files = spec.hotpath.warmup_files
             if sample.WhichOneof("input_data_type") == "input_data_file" and sample.input_data_file not in files:
                 raise spec.error(f"{where}.inputs.{name}.input_data_file",
                                  f"{sample.input_data_file!r} is not in hotpath.warmup_files "

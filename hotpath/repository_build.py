@@ -59,12 +59,12 @@ def _io_settings(spec: ModelSpec) -> dict:
     # Only what shapes the exported files: the hotpath table (less the TensorRT options, which shape
     # plans, not the ONNX export) and the tensor signature.
     cfg = json_format.MessageToDict(spec.config, preserving_proto_field_name=True)
-    hotpath = {k: v for k, v in spec.hotpath.items() if k != "tensorrt"}
+    hotpath = {k: v for k, v in spec.hotpath_table.items() if k != "tensorrt"}
     return {"hotpath": hotpath, "input": cfg.get("input"), "output": cfg.get("output")}
 
 
 def _python_sources(spec: ModelSpec) -> tuple[Path, list[Path]]:
-    folder = paths.python_backends_dir() / spec.hotpath.get("python_backend", spec.name)
+    folder = paths.python_backends_dir() / spec.hotpath.python_backend
     if not (folder / "model.py").is_file():
         raise spec.error("hotpath.python_backend", f"{folder}/model.py does not exist")
     return folder, sorted(folder.glob("*.py"))
@@ -72,7 +72,7 @@ def _python_sources(spec: ModelSpec) -> tuple[Path, list[Path]]:
 
 def _build_python(spec: ModelSpec, version_dir: Path, force: bool) -> tuple[str, dict]:
     folder, code = _python_sources(spec)
-    assets = [resolve_asset(ref, spec) for ref in spec.hotpath.get("assets", [])]
+    assets = [resolve_asset(ref, spec) for ref in spec.hotpath.assets]
     digest = fingerprint(_io_settings(spec), code + assets)
     present = all((version_dir / p.name).is_file() for p in code + assets)   # copies are out of git
     if not force and present and is_fresh(version_dir, digest):
@@ -89,7 +89,7 @@ def _build_python(spec: ModelSpec, version_dir: Path, force: bool) -> tuple[str,
 
 def _build_onnx(spec: ModelSpec, version_dir: Path, force: bool) -> tuple[str, dict]:
     try:
-        exporter = get_exporter(spec.hotpath.get("exporter", ""))
+        exporter = get_exporter(spec.hotpath.exporter)
     except KeyError as exc:
         raise spec.error("hotpath.exporter", str(exc.args[0])) from None
     sources = exporter.source_files(spec)
@@ -126,7 +126,7 @@ def _write_warmup_files(spec: ModelSpec, model_dir: Path) -> bool:
     from tritonclient.utils import serialize_byte_tensor
 
     wrote = False
-    for name, ref in spec.hotpath.get("warmup_files", {}).items():
+    for name, ref in spec.hotpath.warmup_files.items():
         data = serialize_byte_tensor(np.array([resolve_asset(ref, spec).read_bytes()], dtype=object)).item()
         path = model_dir / WARMUP_DIR / name
         if path.exists() and path.read_bytes() == data:
@@ -164,7 +164,7 @@ def build_repository(repository: Path | None = None, only: list[str] | None = No
                 action = "built"
         elif spec.kind == "python":
             action, metrics = _build_python(spec, version_dir, force)
-            if spec.hotpath.get("exporter"):
+            if spec.hotpath.exporter:
                 # Its own folder and stamp: editing model.py must not re-run a slow export.
                 exported, metrics = _build_onnx(spec, version_dir / EXPORT_DIR, force)
                 action = "built" if "built" in (action, exported) else action

@@ -86,10 +86,10 @@ def bytes_entry(data: bytes) -> dict:
 
 def encoder_entries() -> list[dict]:
     """The tokenizer step's output for each short text, padded as the tokenizer pads."""
-    from hotpath.exporters.sentence_encoder import minilm_dir
-    from hotpath.runtime.text import encode, load_tokenizer
+    from hotpath.exporters.sentence_encoder import minilm_tokenizer, tokenizer_recipe
+    from hotpath.runtime.text import encode
 
-    tok = load_tokenizer(minilm_dir() / "tokenizer.json", 256, pad_to_multiple_of=16)
+    tok = minilm_tokenizer(tokenizer_recipe("tokenizer"))
     entries = []
     for text in short_texts():
         enc = encode(tok, [text])

@@ -5,11 +5,18 @@ A spec's top-level keys are Triton `ModelConfig` fields, spelled as in model_con
 into a `model_config_pb2.ModelConfig` message by protobuf itself, so a misspelt field or a bad enum
 value is caught by the schema, not by hand-written checks. hotpath's own build settings live in
 the `[hotpath]` table, which never reaches Triton.
+
+Both tables hotpath reads are parsed here, once, into typed objects with one default per key: `[hotpath]`
+into `ModelSpec.hotpath` (hotpath.build_options.BuildOptions) and `[parameters]` into `ModelSpec.parameters`,
+the class the served model itself reads them with (hotpath.runtime.parameters, per Python backend; the
+engine settings for text_generation). A bad value or an unknown key is a SpecError naming the spec file
+and the key; consumers read the objects, never the tables.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,39 +29,64 @@ except ImportError:  # Python 3.10 (the NGC Triton container's interpreter)
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2 as mc
 
+from hotpath.build_options import BuildOptions, build_options
 from hotpath.errors import SpecError
 
 KINDS = ("onnx", "python", "ensemble")
 
-# hotpath-only settings a spec's [hotpath] table may hold, per kind.
-HOTPATH_KEYS = {
-    # precision: "fp32" | "int8" (hotpath.exporters.quantize); int8_min_*: the INT8 gate's floors.
-    "onnx": {"kind", "exporter", "parity_atol", "parity_min_cosine", "max_length", "opset", "tensorrt",
-             "warmup_files", "precision", "int8_min_top1_agreement", "int8_min_top5_overlap", "int8_min_cosine",
-             "int8_min_mean_cosine"},
-    # A Python model may also own exported files (written to <version>/export/ by its exporter).
-    # warmup_files: {file name: asset ref}, written to <model>/warmup/ for model_warmup input_data_file.
-    # weights: the exported graph's linear layers, "fp32" or "q4" (hotpath.exporters.smollm2).
-    # index: the retrieval model's corpus and ANN index (hotpath.exporters.retrieval_index).
-    "python": {"kind", "python_backend", "assets", "exporter", "parity_atol", "parity_min_cosine", "opset",
-               "warmup_files", "weights", "precision", "int8_min_cosine", "int8_min_mean_cosine", "index"},
-    "ensemble": {"kind"},
-}
-
 
 @dataclass
 class ModelSpec:
-    """One model: its Triton config (a protobuf message) plus hotpath build settings."""
+    """One model: its Triton config (a protobuf message), its [hotpath] build options and its [parameters]
+    as the served model reads them (None: an ensemble, or a backend hotpath has no class for)."""
 
     name: str
     kind: str
     config: mc.ModelConfig
-    hotpath: dict[str, Any] = field(default_factory=dict)
+    hotpath: BuildOptions
+    parameters: Any = None
     source: Path | None = None
     raw: dict[str, Any] = field(default_factory=dict)
 
     def error(self, field_name: str, message: str) -> SpecError:
         return SpecError(self.name, field_name, message, str(self.source) if self.source else None)
+
+    @property
+    def hotpath_table(self) -> dict[str, Any]:
+        """The [hotpath] table as written (with its kind): what the export fingerprint hashes."""
+        return {**self.raw.get("hotpath", {}), "kind": self.kind}
+
+
+def parameter_class(kind: str, python_backend: str):
+    """The class a model of this kind and Python backend reads its parameters with (None: not hotpath's)."""
+    from hotpath.runtime import parameters as p
+    from hotpath.runtime.images import PreprocessOptions
+
+    if kind == "onnx":
+        return p.RunnerParameters   # the local stand-in of the onnxruntime backend reads the same names
+    return {"tokenizer": p.TokenizerParameters, "sentence_embedder": p.EmbedderParameters,
+            "retrieval": p.RetrievalParameters, "image_preprocess": PreprocessOptions}.get(python_backend)
+
+
+def _typed_parameters(spec: ModelSpec) -> Any:
+    strings = {k: v.string_value for k, v in spec.config.parameters.items()}
+    if spec.hotpath.python_backend == "text_generation":
+        from hotpath.runtime.llm.settings import SettingsError, from_parameters
+
+        try:
+            return from_parameters(strings)
+        except SettingsError as exc:
+            key = str(exc).removeprefix("parameters.").partition(":")[0]
+            raise spec.error(f"parameters.{key}", str(exc).partition(": ")[2]) from None
+    cls = parameter_class(spec.kind, spec.hotpath.python_backend)
+    if cls is None:
+        return None
+    from hotpath.runtime.parameters import ParameterError
+
+    try:
+        return cls.parse(strings)
+    except ParameterError as exc:
+        raise spec.error(f"parameters.{exc.key}", str(exc).partition(": ")[2]) from None
 
 
 def _parameters_to_proto(params: Any, model: str, source: str | None) -> dict[str, Any]:
@@ -103,11 +135,9 @@ def spec_from_dict(data: dict[str, Any], name: str, source: Path | None = None) 
     kind = hp.get("kind") or ("ensemble" if data.get("platform") == "ensemble" else None)
     if kind not in KINDS:
         raise SpecError(name, "hotpath.kind", f"must be one of {', '.join(KINDS)}, got {kind!r}", src)
-    hp["kind"] = kind
-    unknown = set(hp) - HOTPATH_KEYS[kind]
-    if unknown:
-        raise SpecError(name, f"hotpath.{sorted(unknown)[0]}",
-                        f"unknown key for kind '{kind}' (known: {', '.join(sorted(HOTPATH_KEYS[kind]))})", src)
+    options = build_options(hp, kind, lambda key, message: SpecError(name, key, message, src))
+    if kind == "python" and not options.python_backend:
+        options = dataclasses.replace(options, python_backend=name)
     if "parameters" in data:
         data["parameters"] = _parameters_to_proto(data["parameters"], name, src)
 
@@ -117,7 +147,10 @@ def spec_from_dict(data: dict[str, Any], name: str, source: Path | None = None) 
     except json_format.ParseError as exc:
         message = str(exc).splitlines()[0]
         raise SpecError(name, _field_from_parse_error(str(exc)), message, src) from None
-    return ModelSpec(name=name, kind=kind, config=config, hotpath=hp, source=source, raw=raw)
+    spec = ModelSpec(name=name, kind=kind, config=config, hotpath=options, source=source, raw=raw)
+    if kind != "ensemble":
+        spec.parameters = _typed_parameters(spec)
+    return spec
 
 
 def load_spec(path: Path) -> ModelSpec:

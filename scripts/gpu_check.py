@@ -332,8 +332,8 @@ def prepare(data_dir: Path) -> dict:
     import torch
     from safetensors.torch import load_file
 
-    from hotpath.exporters.sentence_encoder import minilm_dir
-    from hotpath.runtime.text import encode, load_tokenizer
+    from hotpath.exporters.sentence_encoder import minilm_dir, minilm_tokenizer, tokenizer_recipe
+    from hotpath.runtime.text import encode
     from hotpath.tensorrt.manifest import sha256
 
     onnx_path = ROOT / "model_repository" / MODEL / "1" / "model.onnx"
@@ -341,7 +341,7 @@ def prepare(data_dir: Path) -> dict:
         raise SystemExit(f"error: {onnx_path} is missing: run `make engines` first")
     weights = {k: v for k, v in load_file(str(minilm_dir() / "model.safetensors")).items()
                if not k.startswith("pooler.") and k != "embeddings.position_ids"}  # unused by the encoder
-    tok = load_tokenizer(minilm_dir() / "tokenizer.json", 256, pad_to_multiple_of=16)  # as build/tokenizer.toml
+    tok = minilm_tokenizer(tokenizer_recipe("tokenizer"))  # as the tokenizer step feeding text_encoder
     session = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     arrays, worst = {}, {"fp32": 0.0, "fp32_with_fp16_weights": 0.0}
     fp16_as_fp32 = {k: v.half().float() for k, v in weights.items()}

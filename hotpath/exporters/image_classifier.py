@@ -98,10 +98,9 @@ class ImageClassifierExporter(Exporter):
         import onnx
         import torch
 
-        precision = quantize.precision_of(spec)
+        precision = spec.hotpath.precision
         floors = quantize.floors_of(spec, quantize.CLASSIFIER_FLOORS) if precision == "int8" else {}
-        opset = int(spec.hotpath.get("opset", 17))
-        atol = float(spec.hotpath.get("parity_atol", 1e-4))
+        opset, atol = spec.hotpath.opset, spec.hotpath.parity_atol
         names = [t.name for t in spec.config.output]
         if len(names) != 3:
             raise BuildError(f"{spec.name}: expected outputs SCORES, CLASS_IDS, LABELS; spec has {names}")

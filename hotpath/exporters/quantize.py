@@ -25,9 +25,6 @@ import numpy as np
 from hotpath.errors import BuildError
 from hotpath.spec import ModelSpec
 
-PRECISIONS = ("fp32", "int8")
-DEFAULT_PRECISION = "fp32"
-
 # Floors each gate reads from the spec ([hotpath] keys), with what they bound.
 CLASSIFIER_FLOORS = {"int8_min_top1_agreement": "top1_agreement", "int8_min_top5_overlap": "top5_overlap"}
 EMBEDDING_FLOORS = {"int8_min_cosine": "min_cosine", "int8_min_mean_cosine": "mean_cosine"}
@@ -37,24 +34,15 @@ EMBEDDING_FLOORS = {"int8_min_cosine": "min_cosine", "int8_min_mean_cosine": "me
 CLASSIFIER_EXACT_OPS = ("Cast", "Softmax", "TopK", "Gather")
 
 
-def precision_of(spec: ModelSpec) -> str:
-    """The spec's `hotpath.precision` ("fp32" when absent); SpecError naming the field otherwise."""
-    value = spec.hotpath.get("precision", DEFAULT_PRECISION)
-    if value not in PRECISIONS:
-        raise spec.error("hotpath.precision", f"must be one of {', '.join(PRECISIONS)}, got {value!r}")
-    return value
-
-
 def floors_of(spec: ModelSpec, floors: dict[str, str]) -> dict[str, float]:
-    """The gate's floors from the spec, each a number in [0, 1]; an INT8 build without them has no gate."""
+    """The gate's floors from the spec (numbers in [0, 1], checked by hotpath.build_options); an INT8 build
+    without them would have no gate."""
     out = {}
     for key in floors:
-        value = spec.hotpath.get(key)
+        value = getattr(spec.hotpath, key)
         if value is None:
             raise spec.error(f"hotpath.{key}", "precision = \"int8\" needs this floor (the build's accuracy gate)")
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-            raise spec.error(f"hotpath.{key}", f"must be a number in [0, 1], got {value!r}")
-        out[key] = float(value)
+        out[key] = value
     return out
 
 

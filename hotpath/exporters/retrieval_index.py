@@ -7,8 +7,8 @@ its HNSW index, gated on recall@10 against exact search.
 - Corpus: Debian's package descriptions (hotpath.retrieval.corpus), `include` + `limit` of them in a
   hash order of their names (stable when apt's lists change);
   the apt list files it is read from are source files, so `apt-get update` rebuilds the index.
-- Documents are embedded length-sorted in batches on the split runner (one single-thread ORT session
-  per core, as the served model does under load).
+- Documents are embedded length-sorted in batches by the served model's Embedder, built from its
+  parameters (hotpath.runtime.embedder: the same tokenizer settings and split runner).
 - recall@10 of the HNSW index vs brute-force inner product on `recall_queries` held-out packages (not
   indexed ones when the corpus is a subset, else held out of the index); below `min_recall_at_10` the
   build fails.
@@ -32,29 +32,13 @@ MIN_CORPUS = 10_000   # a Debian release lists ~60k packages; far fewer means ap
 GRAPH_OF_TEXT_EMBEDDING = "sentence_embedder/1/export/model.onnx"
 
 
-def index_settings(spec: ModelSpec) -> dict:
-    settings = dict(spec.hotpath.get("index", {}))
-    for key in ("corpus", "max_chars", "limit", "recall_queries", "M", "ef_construction", "ef_search",
-                "min_recall_at_10", "metric"):
-        if key not in settings:
-            raise spec.error(f"hotpath.index.{key}", "is required")
-    if settings["corpus"] != "debian_packages":
-        raise spec.error("hotpath.index.corpus", f"only 'debian_packages' is known, got {settings['corpus']!r}")
-    if settings["metric"] != "inner_product":
-        raise spec.error("hotpath.index.metric", "the embeddings are L2-normalized: 'inner_product' (cosine)")
-    return settings
-
-
-def embed_texts(runner, tokenizer, texts: list[str], batch: int = BATCH) -> np.ndarray:
+def embed_texts(embedder, texts: list[str], batch: int = BATCH) -> np.ndarray:
     """Embeddings of `texts` (in their order), computed length-sorted so each batch pads little."""
-    from hotpath.runtime.text import encode
-
     order = np.argsort([len(t) for t in texts], kind="stable")
     out = np.empty((len(texts), 0), dtype=np.float32)
     for i in range(0, len(order), batch):
         rows = order[i:i + batch]
-        feeds = encode(tokenizer, [texts[r] for r in rows])
-        vectors = runner.run({n: feeds[n] for n in ("input_ids", "attention_mask", "token_type_ids")})
+        vectors = embedder.embed([texts[r] for r in rows])
         if out.shape[1] == 0:
             out = np.empty((len(texts), vectors.shape[1]), dtype=np.float32)
         out[rows] = vectors
@@ -102,9 +86,13 @@ class RetrievalIndexExporter(Exporter):
         import hotpath.retrieval.corpus as corpus
         import hotpath.retrieval.hnsw as hnsw
         import hotpath.retrieval.hnsw_store as store
+        import hotpath.runtime.embedder as embedder
+        import hotpath.runtime.parameters as parameters
+        import hotpath.runtime.split_run as split_run
         import hotpath.runtime.text as text
 
-        return [*super().code_files(), *(Path(m.__file__) for m in (enc, build, corpus, hnsw, store, text))]
+        return [*super().code_files(), *(Path(m.__file__) for m in (enc, build, corpus, hnsw, store, text, embedder,
+                                                                     parameters, split_run))]
 
     def versions(self) -> dict[str, str]:
         from importlib.metadata import version
@@ -117,40 +105,37 @@ class RetrievalIndexExporter(Exporter):
         from hotpath.fingerprint import file_digest
         from hotpath.retrieval.build import measure_recall, write_base
         from hotpath.retrieval.corpus import debian_packages
-        from hotpath.runtime.split_run import SplitRunner
-        from hotpath.runtime.text import load_tokenizer
+        from hotpath.runtime.embedder import Embedder
 
-        s = index_settings(spec)
-        params = {k: v.string_value for k, v in spec.config.parameters.items()}
+        s = spec.hotpath.index
+        if s is None:
+            raise spec.error("hotpath.index", "the retrieval_index exporter needs this table")
         graph = version_dir / "model.onnx"
-        export_pooled_encoder(graph, int(spec.hotpath.get("opset", 17)), "embedding", log)
+        export_pooled_encoder(graph, spec.hotpath.opset, "embedding", log)
         served = paths.model_repository() / GRAPH_OF_TEXT_EMBEDDING
         if served.is_file() and file_digest(served) != file_digest(graph):
             raise BuildError(f"{spec.name}: the encoder graph differs from text_embedding's ({served}): "
                              "queries would not get text_embedding's vectors")
         t0 = time.perf_counter()
-        corpus = debian_packages(int(s["max_chars"]))
+        corpus = debian_packages(s.max_chars)
         if len(corpus) < MIN_CORPUS:
             raise BuildError(f"{spec.name}: `apt-cache dumpavail` lists {len(corpus)} packages (< {MIN_CORPUS}): "
                              "apt's package lists are missing; run `apt-get update` (scripts/setup.sh does)")
-        docs, held = split_corpus(corpus, int(s["limit"]), int(s["recall_queries"]),
-                                  tuple(s.get("include", ())))
+        docs, held = split_corpus(corpus, s.limit, s.recall_queries, s.include)
         log(f"corpus: {len(docs)} Debian package descriptions (+{len(held)} held-out queries) "
             f"in {time.perf_counter() - t0:.1f}s")
-        tokenizer = load_tokenizer(minilm_dir() / "tokenizer.json", max_length=int(params["max_length"]))
-        runner = SplitRunner(graph, threads=int(params.get("intra_op_thread_count", 2)))
+        embedder = Embedder(minilm_dir(), spec.parameters, graph=graph)   # as the served model embeds
         t0 = time.perf_counter()
-        vectors = embed_texts(runner, tokenizer, [d.text for d in docs])
-        queries = embed_texts(runner, tokenizer, [d.text for d in held])
+        vectors = embed_texts(embedder, [d.text for d in docs])
+        queries = embed_texts(embedder, [d.text for d in held])
         embed_s = time.perf_counter() - t0
         log(f"embedded {len(docs) + len(held)} texts in {embed_s:.1f}s ({(len(docs) + len(held)) / embed_s:.0f}/s)")
-        index, manifest = write_base(version_dir, docs, vectors, int(s["M"]), int(s["ef_construction"]),
-                                     int(s["ef_search"]))
+        index, manifest = write_base(version_dir, docs, vectors, s.M, s.ef_construction, s.ef_search)
         recall = measure_recall(index, vectors, queries, 10)
-        floor = float(s["min_recall_at_10"])
+        floor = s.min_recall_at_10
         index_mb = (version_dir / "index.faiss").stat().st_size / 2**20
-        log(f"HNSW M={s['M']} ef_construction={s['ef_construction']}: built in {manifest['index_build_s']}s, "
-            f"{index_mb:.1f} MB; recall@10 at ef_search={s['ef_search']} vs exact search on {len(held)} "
+        log(f"HNSW M={s.M} ef_construction={s.ef_construction}: built in {manifest['index_build_s']}s, "
+            f"{index_mb:.1f} MB; recall@10 at ef_search={s.ef_search} vs exact search on {len(held)} "
             f"held-out queries: {recall:.4f} (floor {floor})")
         if not recall >= floor:
             raise BuildError(f"{spec.name}: recall@10 {recall:.4f} < the spec's floor {floor}")

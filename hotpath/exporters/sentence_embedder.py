@@ -29,6 +29,7 @@ from hotpath.exporters.sentence_encoder import (
     SentenceEncoderExporter,
     export_pooled_encoder,
     minilm_dir,
+    minilm_tokenizer,
     replace_with_int8,
 )
 from hotpath.spec import ModelSpec
@@ -70,38 +71,34 @@ class SentenceEmbedderExporter(SentenceEncoderExporter):
     def export(self, spec: ModelSpec, version_dir: Path, log: Log) -> ExportReport:
         import onnx
 
-        from hotpath.runtime.ort_session import make_session
-        from hotpath.runtime.text import load_tokenizer
-
-        precision = quantize.precision_of(spec)
+        precision, opset = spec.hotpath.precision, spec.hotpath.opset
         floors = quantize.floors_of(spec, quantize.EMBEDDING_FLOORS) if precision == "int8" else {}
-        opset = int(spec.hotpath.get("opset", 17))
-        min_cosine = float(spec.hotpath.get("parity_min_cosine", 0.9999))
-        max_length = int(spec.config.parameters["max_length"].string_value)
-        pad = int(spec.config.parameters["pad_to_multiple_of"].string_value or 0) \
-            if "pad_to_multiple_of" in spec.config.parameters else 0
+        recipe = spec.parameters   # the served model's tokenizer settings (EmbedderParameters)
         tmp_path = version_dir / "model.onnx.tmp"
         export_pooled_encoder(tmp_path, opset, "embedding", log)
         onnx.checker.check_model(str(tmp_path), full_check=True)
         try:
-            metrics = self._gates(tmp_path, max_length, pad, min_cosine, load_tokenizer, make_session, log)
+            metrics = self._gates(tmp_path, recipe, spec.hotpath.parity_min_cosine, log)
         except BuildError as exc:
             tmp_path.unlink(missing_ok=True)
             raise BuildError(f"{spec.name}: {exc}") from None
         metrics = {**metrics, "opset": opset, "precision": precision}
         if precision == "int8":
-            tmp_path, gate = replace_with_int8(spec.name, tmp_path, floors, log, max_length)
+            tmp_path, gate = replace_with_int8(spec.name, tmp_path, floors, log, recipe)
             metrics.update(gate)
         tmp_path.replace(version_dir / "model.onnx")
         return ExportReport(files=["model.onnx"], metrics=metrics)
 
-    def _gates(self, onnx_path, max_length, pad, min_cosine, load_tokenizer, make_session, log) -> dict:
+    def _gates(self, onnx_path, recipe, min_cosine, log) -> dict:
+        from hotpath.runtime.ort_session import make_session
+
         t0 = time.perf_counter()
         corpus = multilingual_corpus()
         reference = reference_model()
+        max_length = recipe.max_length
         if reference.max_seq_length != max_length:
             raise BuildError(f"max_length {max_length} != the reference's max_seq_length {reference.max_seq_length}")
-        tokenizer = load_tokenizer(minilm_dir() / "tokenizer.json", max_length, pad or None)
+        tokenizer = minilm_tokenizer(recipe)
         bad = token_mismatches(tokenizer, reference.tokenizer, corpus, max_length)
         log(f"token ids vs sentence-transformers' tokenizer on the parity corpus: "
             f"{len(corpus) - len(bad)}/{len(corpus)} equal ({time.perf_counter() - t0:.1f}s)")

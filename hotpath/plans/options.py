@@ -50,11 +50,9 @@ def _field(spec: ModelSpec, name: str, message: str):
 
 def tensorrt_options(spec: ModelSpec) -> TensorRTOptions | None:
     """The model's TensorRT options, or None when its spec asks for no plans; raises SpecError."""
-    table = spec.hotpath.get("tensorrt")
+    table = spec.hotpath.tensorrt
     if table is None:
         return None
-    if not isinstance(table, dict):
-        raise spec.error("hotpath.tensorrt", "must be a table")
     unknown = set(table) - KEYS
     if unknown:
         raise _field(spec, sorted(unknown)[0], f"unknown key (known: {', '.join(sorted(KEYS))})")

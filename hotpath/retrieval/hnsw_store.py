@@ -28,6 +28,7 @@ import numpy as np
 from hotpath.retrieval.hnsw import HnswIndex
 from hotpath.retrieval.store import Hits
 from hotpath.retrieval.wal import Record, append_records, fsync_dir, read_records, write_file_atomic
+from hotpath.runtime.parameters import RetrievalParameters
 
 MANIFEST, INDEX, CORPUS = "manifest.json", "index.faiss", "corpus.jsonl"
 
@@ -41,12 +42,14 @@ def corpus_digest(path: Path) -> str:
 
 
 class HnswStore:
-    def __init__(self, base_dir: Path, data_dir: Path, ef_search: int = 64, compact_bytes: int = 64 << 20):
+    def __init__(self, base_dir: Path, data_dir: Path, ef_search: int | None = None,
+                 compact_bytes: int = RetrievalParameters.compact_bytes):
+        """`ef_search`: the search breadth (None: the build's, from its manifest)."""
         base_dir, self.data_dir = Path(base_dir), Path(data_dir)
         manifest = json.loads((base_dir / MANIFEST).read_text())
         if corpus_digest(base_dir / CORPUS) != manifest["corpus_sha256"]:
             raise StoreError(f"{base_dir / CORPUS} does not match the index it was built with ({MANIFEST})")
-        self.index = HnswIndex.load(base_dir / INDEX, ef_search)
+        self.index = HnswIndex.load(base_dir / INDEX, ef_search or manifest["ef_search"])
         self.dim = self.index.dim
         rows = [json.loads(line) for line in (base_dir / CORPUS).read_text(encoding="utf-8").splitlines()]
         if len(rows) != self.index.index.ntotal:

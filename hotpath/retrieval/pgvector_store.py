@@ -18,15 +18,16 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from hotpath.errors import HotpathError
 from hotpath.retrieval.store import Hits
+from hotpath.runtime.parameters import RetrievalParameters
 
 DSN_ENV = "HOTPATH_PG_DSN"
-DEFAULT_TABLE = "hotpath_documents"
+DEFAULT_TABLE = RetrievalParameters.pg_table
 _TABLE = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
@@ -34,11 +35,8 @@ class StoreUnavailableError(HotpathError, ConnectionError):
     """The store cannot be reached (refused, dropped, timed out): retry later or elsewhere."""
 
 
-def _param(params: dict, *names: str, default=None):
-    for name in names:
-        if params.get(name) not in (None, ""):
-            return params[name]
-    return default
+def _first(*values, default=None):
+    return next((v for v in values if v is not None), default)
 
 
 class PgVectorStore:
@@ -61,14 +59,16 @@ class PgVectorStore:
         self._call(self._create_schema)
 
     @classmethod
-    def from_params(cls, params: dict, base_dir: Path | None = None) -> PgVectorStore:
-        """From a spec's store parameters (strings, as Triton passes model parameters): the DSN (env
+    def from_params(cls, params: RetrievalParameters | Mapping[str, str], base_dir: Path | None = None) -> PgVectorStore:
+        """From the retrieval model's parameters (or its config's strings, as Triton passes them): the DSN (env
         HOTPATH_PG_DSN, else `pg_dsn`), `pg_table`, `dim` and the HNSW `m`, `ef_construction`, `ef_search` (each else the
         build manifest's). With `base_dir` (the in-process store's build output: corpus + index), a table never
         seeded gets that corpus once (hotpath.retrieval.pgvector_seed), so every replica starts complete."""
         from hotpath import settings
 
-        dsn = settings.pg_dsn() or _param(params, "pg_dsn")   # the deployment's environment first, as data_dir
+        if not isinstance(params, RetrievalParameters):
+            params = RetrievalParameters.parse(params, strict=False)
+        dsn = settings.pg_dsn() or params.pg_dsn   # the deployment's environment first, as data_dir
         if not dsn:
             raise ValueError(f"store = 'pgvector' needs the environment variable {DSN_ENV} or the parameter pg_dsn")
         build: dict = {}
@@ -76,16 +76,16 @@ class PgVectorStore:
             from hotpath.retrieval.pgvector_seed import manifest
 
             build = manifest(base_dir)
-        table = str(_param(params, "pg_table", default=DEFAULT_TABLE))
-        dim = _param(params, "dim", "dimension", default=build.get("dim")) or cls.table_dim(dsn, table)
+        table = params.pg_table
+        dim = _first(params.dim, params.dimension, default=build.get("dim")) or cls.table_dim(dsn, table)
         if dim is None:
             raise ValueError(f"store = 'pgvector' needs the parameter dim (or the build output's manifest, or an "
                              f"existing table {table})")
         store = cls(dsn, int(dim), table=table,
-                    m=int(_param(params, "pg_m", "m", default=build.get("M", 16))),
-                    ef_construction=int(_param(params, "pg_ef_construction", "ef_construction",
+                    m=int(_first(params.pg_m, params.m, default=build.get("M", 16))),
+                    ef_construction=int(_first(params.pg_ef_construction, params.ef_construction,
                                                default=build.get("ef_construction", 64))),
-                    ef_search=int(_param(params, "pg_ef_search", "ef_search", default=build.get("ef_search", 64))))
+                    ef_search=int(_first(params.pg_ef_search, params.ef_search, default=build.get("ef_search", 64))))
         if base_dir is not None:
             from hotpath.retrieval.pgvector_seed import seed
 

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from hotpath.runtime.inputs import InputError, column, integers, required
-from hotpath.runtime.text import TextInputError, decode_utf8, text_limits
+from hotpath.runtime.parameters import RetrievalParameters
+from hotpath.runtime.text import TextInputError, decode_utf8
 
 OPS = ("search", "upsert", "delete")
 
@@ -28,10 +29,8 @@ class Limits:
     max_id_bytes: int = 512
 
     @classmethod
-    def from_params(cls, params: dict[str, str]) -> "Limits":
-        text = text_limits(params)   # the per-text limits every text model reads
-        return cls(int(params.get("default_k", 10)), int(params.get("max_k", 100)), text["max_bytes"],
-                   text["max_chars"], int(params.get("max_id_bytes", 512)))
+    def from_params(cls, params: RetrievalParameters) -> "Limits":
+        return cls(params.default_k, params.max_k, params.max_text_bytes, params.max_text_chars, params.max_id_bytes)
 
 
 @dataclass

@@ -28,6 +28,7 @@ import numpy as np
 from PIL import Image, ImageOps, UnidentifiedImageError
 
 from hotpath.runtime.inputs import InputError, column, required
+from hotpath.runtime.parameters import Parameters
 
 FORMATS = ("JPEG", "PNG", "WEBP")
 
@@ -37,7 +38,9 @@ class ImageInputError(InputError):
 
 
 @dataclass(frozen=True)
-class PreprocessOptions:
+class PreprocessOptions(Parameters):
+    """image_preprocess's parameters (build/image_preprocess.toml), with their defaults."""
+
     resize_shorter: int = 256
     crop: int = 224
     max_pixels: int = 40_000_000      # decompression-bomb guard, checked before decoding

@@ -29,13 +29,3 @@ def make_session(model_path: Path | str, intra_op_threads: int = 0, inter_op_thr
         options.register_custom_ops_library(library)
     return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
 
-
-
-def spin_settings(params: dict[str, str]) -> dict:
-    """make_session's spinning arguments from a model config's parameters: `spin_duration_us` (0 or absent:
-    spinning off; N > 0: spin N us after each task) or, as before, `allow_spinning` (ORT's own duration)."""
-    if "spin_duration_us" in params:
-        us = int(params["spin_duration_us"] or 0)
-        return {"allow_spinning": us > 0, "spin_duration_us": us if us > 0 else None}
-    return {"allow_spinning": params.get("allow_spinning", "false").lower() in ("1", "true"),
-            "spin_duration_us": None}

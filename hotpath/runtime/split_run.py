@@ -36,13 +36,14 @@ def balanced_cut(lengths: np.ndarray, parts: int) -> list[np.ndarray]:
 
 class SplitRunner:
     """Sessions of one ONNX encoder: a wide one for a small batch (`wide_threads`, default every thread) and
-    one single-thread session per thread for the parts of a larger batch.
+    one single-thread session per thread for the parts of a larger batch. A model's values come from its
+    parameters (hotpath.runtime.parameters.EmbedderParameters, which holds their defaults).
 
     `wide_threads` above `threads` is the latency-first layout of a host with more cores than instances:
     one text at low load uses several cores, a batch under load stays on this instance's share. Spinning
     (`spin_duration_us`) matters only where a session has a pool, i.e. the wide one."""
 
-    def __init__(self, model_path: Path | str, threads: int = 2, split_from: int = 2, allow_spinning: bool = False,
+    def __init__(self, model_path: Path | str, threads: int, split_from: int, allow_spinning: bool = False,
                  wide_threads: int | None = None, spin_duration_us: int | None = None):
         self.threads = max(1, int(threads))
         self.split_from = int(split_from)

@@ -78,12 +78,6 @@ def decode_utf8(values: np.ndarray, max_bytes: int | None = None, max_chars: int
     return texts
 
 
-def text_limits(params: dict[str, str]) -> dict[str, int | None]:
-    """decode_utf8's limits from a model's config parameters (`max_text_bytes`, `max_text_chars`)."""
-    return {"max_bytes": int(params["max_text_bytes"]) if "max_text_bytes" in params else None,
-            "max_chars": int(params["max_text_chars"]) if "max_text_chars" in params else None}
-
-
 def gather_texts(arrays: Sequence[np.ndarray | None], limits: dict[str, int | None]
                  ) -> tuple[list[str], list[tuple[int, int] | None], list[str | None]]:
     """The TEXT tensors of one execute()'s requests (None: missing) -> all their texts, each request's span in

@@ -20,15 +20,7 @@ class TritonPythonModel:
     def initialize(self, args):
         exit_with_server()   # a crashed tritonserver leaves no orphan stub (hotpath.runtime.lifetime)
         self.execute_log = ExecuteLog.open(args)
-        p = parameters(args)
-        self.options = PreprocessOptions(
-            resize_shorter=int(p.get("resize_shorter", 256)),
-            crop=int(p.get("crop", 224)),
-            max_pixels=int(p.get("max_pixels", 40_000_000)),
-            max_bytes=int(p.get("max_bytes", PreprocessOptions.max_bytes)),
-            max_decoded_pixels=int(p.get("max_decoded_pixels", PreprocessOptions.max_decoded_pixels)),
-            fast_jpeg=p.get("fast_jpeg", "true").lower() in ("1", "true"),
-        )
+        self.options = PreprocessOptions.parse(parameters(args))
 
     @timed
     @guarded(pb_utils, "image_preprocess")

@@ -16,7 +16,8 @@ from hotpath.runtime.backend_args import model_config, parameters, version_dir
 from hotpath.runtime.backend_io import guarded
 from hotpath.runtime.batching import run_batched
 from hotpath.runtime.lifetime import exit_with_server
-from hotpath.runtime.ort_session import make_session, spin_settings
+from hotpath.runtime.ort_session import make_session
+from hotpath.runtime.parameters import RunnerParameters
 from hotpath.runtime.timing import ExecuteLog, timed
 
 
@@ -24,7 +25,7 @@ class TritonPythonModel:
     def initialize(self, args):
         exit_with_server()   # a crashed tritonserver leaves no orphan stub (hotpath.runtime.lifetime)
         self.execute_log = ExecuteLog.open(args)
-        params = parameters(args)
+        params = RunnerParameters.parse(parameters(args))
         config = model_config(args)
         strings = [t["name"] for t in config["input"] if t["data_type"] == "TYPE_STRING"]
         if strings:
@@ -34,10 +35,10 @@ class TritonPythonModel:
         self.input_names = [t["name"] for t in config["input"]]
         self.output_names = [t["name"] for t in config["output"]]
         self.session = make_session(
-            version_dir(args) / params.get("default_model_filename", "model.onnx"),
-            intra_op_threads=int(params.get("intra_op_thread_count", 0)),
-            inter_op_threads=int(params.get("inter_op_thread_count", 0)),
-            **spin_settings(params),
+            version_dir(args) / params.default_model_filename,
+            intra_op_threads=params.intra_op_thread_count,
+            inter_op_threads=params.inter_op_thread_count,
+            **params.spin_settings(),
             op_libraries=tuple(config.get("model_operations", {}).get("op_library_filename", [])),
         )
 

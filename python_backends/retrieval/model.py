@@ -19,6 +19,7 @@ from hotpath.runtime.backend_args import parameters, version_dir
 from hotpath.runtime.backend_io import fault_error, guarded, input_array, invalid
 from hotpath.runtime.embedder import EXPORT_DIR, Embedder
 from hotpath.runtime.lifetime import exit_with_server
+from hotpath.runtime.parameters import RetrievalParameters
 from hotpath.runtime.timing import ExecuteLog, timed
 
 INPUTS = ("TEXT", "TOP_K", "OP", "ID")   # parse_request's order; None for an absent one (TEXT is required)
@@ -32,7 +33,7 @@ class TritonPythonModel:
     def initialize(self, args):
         exit_with_server()   # a crashed tritonserver leaves no orphan stub (hotpath.runtime.lifetime)
         self.execute_log = ExecuteLog.open(args)
-        params = parameters(args)
+        params = RetrievalParameters.parse(parameters(args))
         folder = version_dir(args)
         self.embedder = Embedder(folder, params)   # text_embedding's vectors, built the same way
         self.limits = Limits.from_params(params)

@@ -17,7 +17,8 @@ from hotpath.runtime.backend_args import parameters, version_dir
 from hotpath.runtime.backend_io import fault_error, guarded, input_array, invalid
 from hotpath.runtime.embedder import Embedder
 from hotpath.runtime.lifetime import exit_with_server
-from hotpath.runtime.text import gather_texts, text_limits
+from hotpath.runtime.parameters import EmbedderParameters
+from hotpath.runtime.text import gather_texts
 from hotpath.runtime.timing import ExecuteLog, timed
 
 
@@ -25,11 +26,11 @@ class TritonPythonModel:
     def initialize(self, args):
         exit_with_server()   # a crashed tritonserver leaves no orphan stub (hotpath.runtime.lifetime)
         self.execute_log = ExecuteLog.open(args)
-        params = parameters(args)
+        params = EmbedderParameters.parse(parameters(args))
         # With several intra-op threads one text runs on all of them and a batch is cut by length into one
         # single-thread run per thread (hotpath.runtime.split_run); the spec ships one thread per instance.
         self.embedder = Embedder(version_dir(args), params)
-        self.limits = text_limits(params)
+        self.limits = params.text_limits()
 
     @timed
     @guarded(pb_utils, "sentence_embedder")

@@ -13,7 +13,8 @@ import triton_python_backend_utils as pb_utils
 from hotpath.runtime.backend_args import parameters, version_dir
 from hotpath.runtime.backend_io import guarded, input_array, invalid
 from hotpath.runtime.lifetime import exit_with_server
-from hotpath.runtime.text import encode, gather_texts, load_tokenizer, text_limits
+from hotpath.runtime.parameters import TokenizerParameters
+from hotpath.runtime.text import encode, gather_texts
 from hotpath.runtime.timing import ExecuteLog, timed
 
 OUTPUTS = ("input_ids", "attention_mask", "token_type_ids")
@@ -23,11 +24,9 @@ class TritonPythonModel:
     def initialize(self, args):
         exit_with_server()   # a crashed tritonserver leaves no orphan stub (hotpath.runtime.lifetime)
         self.execute_log = ExecuteLog.open(args)
-        params = parameters(args)
-        self.tokenizer = load_tokenizer(version_dir(args) / params.get("tokenizer_file", "tokenizer.json"),
-                                        max_length=int(params["max_length"]),
-                                        pad_to_multiple_of=int(params.get("pad_to_multiple_of", 0)) or None)
-        self.limits = text_limits(params)
+        params = TokenizerParameters.parse(parameters(args))
+        self.tokenizer = params.load_tokenizer(version_dir(args))
+        self.limits = params.text_limits()
 
     @timed
     @guarded(pb_utils, "tokenizer")

@@ -7,12 +7,13 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from hotpath.exporters.sentence_encoder import minilm_dir
+from hotpath.exporters.sentence_encoder import minilm_tokenizer, tokenizer_recipe
 from hotpath.repository import read_config
 from hotpath.retrieval.open import open_store
 from hotpath.runtime.backend_args import parameters
 from hotpath.runtime.embedder import EXPORT_DIR, Embedder
-from hotpath.runtime.text import encode, load_tokenizer
+from hotpath.runtime.parameters import RetrievalParameters
+from hotpath.runtime.text import encode
 from tests.pb_stand_in import InferenceRequest as Request
 from tests.pb_stand_in import TritonError, bytes_column, error_of, initialize_args, load_adapter, outputs
 
@@ -49,7 +50,7 @@ def test_retrieval_adapter_searches_like_the_store_and_reads_its_own_writes(buil
         searched, refused, zero_k = model.execute([
             Request(TEXT=bytes_column(*TEXTS[:2]), TOP_K=k), Request(TEXT=bytes_column("x"), OP=bytes_column("drop")),
             Request(TEXT=bytes_column("x"), TOP_K=np.array([[0]], dtype=np.int64))])
-        store = open_store(params, tmp_path / "reference", base_dir=version / EXPORT_DIR)
+        store = open_store(RetrievalParameters.parse(params), tmp_path / "reference", base_dir=version / EXPORT_DIR)
         try:
             hits = store.search(Embedder(version, params).embed(TEXTS[:2]), 3)
         finally:
@@ -74,7 +75,7 @@ def test_retrieval_adapter_searches_like_the_store_and_reads_its_own_writes(buil
 
 def test_onnxruntime_runner_on_the_built_text_encoder_equals_a_plain_session(built_repository, monkeypatch):
     model, params, version = _model(built_repository, "text_encoder", monkeypatch, adapter="onnxruntime_runner")
-    tokenizer = load_tokenizer(minilm_dir() / "tokenizer.json", 256, pad_to_multiple_of=16)
+    tokenizer = minilm_tokenizer(tokenizer_recipe("tokenizer"))   # as the tokenizer step feeding text_encoder
     feeds = [encode(tokenizer, TEXTS[:2]), encode(tokenizer, ["a much longer text " * 12])]
     wrong = {name: values.astype(np.int32) for name, values in feeds[1].items()}
     served, refused, alone = model.execute([Request(**feeds[0]), Request(**wrong), Request(**feeds[1])])

@@ -40,12 +40,12 @@ def test_gpu_check_encoder_port_matches_the_exported_onnx(built_repository):
     import onnxruntime as ort
     from safetensors.torch import load_file
 
-    from hotpath.exporters.sentence_encoder import minilm_dir
-    from hotpath.runtime.text import encode, load_tokenizer
+    from hotpath.exporters.sentence_encoder import minilm_dir, minilm_tokenizer, tokenizer_recipe
+    from hotpath.runtime.text import encode
 
     check = runpy.run_path(GPU_CHECK)
     weights = load_file(str(minilm_dir() / "model.safetensors"))
-    feeds = encode(load_tokenizer(minilm_dir() / "tokenizer.json", 256, pad_to_multiple_of=16),
+    feeds = encode(minilm_tokenizer(tokenizer_recipe("tokenizer")),
                    ["hello world", "", "Низкая задержка важнее средней.", "emoji 🚀 " * 30])
     ref = ort.InferenceSession(onnx_path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
     with torch.inference_mode():

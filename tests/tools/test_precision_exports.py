@@ -2,7 +2,7 @@
 quantization): the int8 export passes the committed floors; the gate refuses a model quantized with
 absurd calibration."""
 
-import dataclasses
+import copy
 import re
 
 import numpy as np
@@ -12,15 +12,17 @@ from hotpath import paths
 from hotpath.errors import BuildError
 from hotpath.exporters import quantize
 from hotpath.exporters.image_classifier import ImageClassifierExporter, gate_classifier
-from hotpath.spec import load_spec
+from hotpath.spec import load_spec, spec_from_dict
 
 CLASSIFIER = load_spec(paths.model_specs_dir() / "image_classifier.toml")
 OUTPUTS = ["SCORES", "CLASS_IDS"]
 
 
 def with_hotpath(spec, drop=(), **changes):
-    hotpath = {k: v for k, v in {**spec.hotpath, **changes}.items() if k not in drop}
-    return dataclasses.replace(spec, hotpath=hotpath)
+    """`spec` loaded again with its [hotpath] table changed (parsed and checked as a spec file is)."""
+    data = copy.deepcopy(spec.raw)
+    data["hotpath"] = {k: v for k, v in {**data["hotpath"], **changes}.items() if k not in drop}
+    return spec_from_dict(data, spec.name, spec.source)
 
 
 @pytest.fixture(scope="module")

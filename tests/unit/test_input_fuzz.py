@@ -16,7 +16,8 @@ from PIL import Image, ImageFile
 
 from hotpath.retrieval.requests import Limits, parse_request
 from hotpath.runtime.images import ImageInputError, PreprocessOptions, preprocess
-from hotpath.runtime.text import TextInputError, decode_utf8, text_limits
+from hotpath.runtime.parameters import TextParameters
+from hotpath.runtime.text import TextInputError, decode_utf8
 from tests.imagegen import encode, photo
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -61,8 +62,9 @@ def test_decode_utf8_limits_bytes_then_characters(texts, max_bytes, max_chars):
 
 
 def test_text_limits_come_from_the_config_parameters():
-    assert text_limits({"max_text_bytes": "10", "max_text_chars": "4"}) == {"max_bytes": 10, "max_chars": 4}
-    assert text_limits({}) == {"max_bytes": None, "max_chars": None}
+    limits = TextParameters.parse({"max_text_bytes": "10", "max_text_chars": "4"}).text_limits()
+    assert limits == {"max_bytes": 10, "max_chars": 4}
+    assert TextParameters.parse({}).text_limits() == {"max_bytes": None, "max_chars": None}
 
 
 SMALL = photo("chelsea").resize((96, 64))

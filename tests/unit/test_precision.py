@@ -1,6 +1,6 @@
 """The precision ladder: `[hotpath] precision`, its floors, the fingerprint and the INT8 gates."""
 
-import dataclasses
+import copy
 
 import numpy as np
 import pytest
@@ -8,44 +8,41 @@ import pytest
 from hotpath import paths
 from hotpath.errors import BuildError, SpecError
 from hotpath.exporters import quantize
-from hotpath.exporters.image_classifier import ImageClassifierExporter
 from hotpath.exporters.sentence_encoder import SentenceEncoderExporter
 from hotpath.repository_build import _io_settings
-from hotpath.spec import load_spec
+from hotpath.spec import load_spec, spec_from_dict
 
 CLASSIFIER = load_spec(paths.model_specs_dir() / "image_classifier.toml")
 ENCODER = load_spec(paths.model_specs_dir() / "text_encoder.toml")
 
 
 def with_hotpath(spec, drop=(), **changes):
-    hotpath = {k: v for k, v in {**spec.hotpath, **changes}.items() if k not in drop}
-    return dataclasses.replace(spec, hotpath=hotpath)
+    """`spec` loaded again with its [hotpath] table changed (parsed and checked as a spec file is)."""
+    data = copy.deepcopy(spec.raw)
+    data["hotpath"] = {k: v for k, v in {**data["hotpath"], **changes}.items() if k not in drop}
+    return spec_from_dict(data, spec.name, spec.source)
 
 
 @pytest.mark.parametrize("value", ["int4", "FP32", 8, ""])
-def test_unknown_precision_is_a_spec_error_naming_the_field(value):
+def test_unknown_precision_is_a_spec_error_naming_the_file_and_the_field(value):
     with pytest.raises(SpecError) as exc:
-        quantize.precision_of(with_hotpath(CLASSIFIER, precision=value))
+        with_hotpath(CLASSIFIER, precision=value)
     assert exc.value.model == "image_classifier" and exc.value.field == "hotpath.precision"
-    assert repr(value) in str(exc.value)
+    assert repr(value) in str(exc.value) and str(exc.value).startswith(str(CLASSIFIER.source))
 
 
-def test_exporter_refuses_an_unknown_precision_before_exporting(tmp_path):
-    with pytest.raises(SpecError, match="hotpath.precision"):
-        ImageClassifierExporter().export(with_hotpath(CLASSIFIER, precision="fp16"), tmp_path, print)
-    assert not list(tmp_path.iterdir())
-
-
-@pytest.mark.parametrize("change, field", [
-    (dict(drop=("int8_min_top5_overlap",)), "hotpath.int8_min_top5_overlap"),
-    (dict(int8_min_top1_agreement=1.5), "hotpath.int8_min_top1_agreement"),
-    (dict(int8_min_top1_agreement="high"), "hotpath.int8_min_top1_agreement"),
-])
-def test_int8_without_valid_floors_is_a_spec_error(change, field):
-    spec = with_hotpath(CLASSIFIER, precision="int8", **change)
+def test_int8_without_its_floors_is_a_spec_error():
+    spec = with_hotpath(CLASSIFIER, precision="int8", drop=("int8_min_top5_overlap",))
     with pytest.raises(SpecError) as exc:
         quantize.floors_of(spec, quantize.CLASSIFIER_FLOORS)
-    assert exc.value.field == field
+    assert exc.value.field == "hotpath.int8_min_top5_overlap"
+
+
+@pytest.mark.parametrize("value", [1.5, -0.1, "high", True])
+def test_a_floor_out_of_range_or_not_a_number_is_a_spec_error_at_load(value):
+    with pytest.raises(SpecError) as exc:
+        with_hotpath(CLASSIFIER, precision="int8", int8_min_top1_agreement=value)
+    assert exc.value.field == "hotpath.int8_min_top1_agreement"
 
 
 def test_int8_encoder_with_tensorrt_plans_is_refused(tmp_path):

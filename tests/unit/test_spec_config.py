@@ -35,7 +35,7 @@ def test_python_models_have_one_source():
                              text=True, check=True).stdout.split()
     assert not [f for f in tracked if f.endswith(".py")], "copies of python_backends/*/model.py are committed"
     for spec in (s for s in SPECS if s.kind == "python"):
-        assert (paths.python_backends_dir() / spec.hotpath["python_backend"] / "model.py").is_file(), spec.name
+        assert (paths.python_backends_dir() / spec.hotpath.python_backend / "model.py").is_file(), spec.name
 
 
 def test_production_encoder_uses_native_onnxruntime_with_warmup():
@@ -126,7 +126,7 @@ def test_warmup_files_are_written_as_serialized_bytes_tensors(tmp_path):
     from hotpath.repository_build import WARMUP_DIR, _write_warmup_files, resolve_asset
 
     (spec,) = [s for s in SPECS if s.name == "image_preprocess"]
-    files = spec.hotpath["warmup_files"]
+    files = spec.hotpath.warmup_files
     assert {i.input_data_file for w in spec.config.model_warmup for i in w.inputs.values()} <= set(files)
     assert _write_warmup_files(spec, tmp_path)
     for name, ref in files.items():

@@ -63,14 +63,14 @@ def test_split_runs_equal_one_padded_run(tmp_path):
 
 
 def test_one_thread_never_splits(tmp_path):
-    runner = SplitRunner(_masked_mean_model(tmp_path / "m.onnx"), threads=1)
+    runner = SplitRunner(_masked_mean_model(tmp_path / "m.onnx"), threads=1, split_from=2)
     assert runner.narrow == [] and runner.run(_batch(np.random.default_rng(1), 5)).shape == (5, 2)
 
 
 def test_one_text_on_more_threads_batches_on_one(tmp_path):
     """wide_threads > threads: one text runs on the wide session, a batch on this instance's single thread."""
     model = _masked_mean_model(tmp_path / "m.onnx")
-    runner = SplitRunner(model, threads=1, wide_threads=2, spin_duration_us=100, allow_spinning=True)
+    runner = SplitRunner(model, threads=1, split_from=2, wide_threads=2, spin_duration_us=100, allow_spinning=True)
     assert len(runner.narrow) == 1 and runner.pool is None
     calls = []
     for name, session in (("wide", runner.wide), ("narrow", runner.narrow[0])):

@@ -5,12 +5,13 @@ import pytest
 from transformers import AutoTokenizer
 
 from hotpath.exporters.sentence_encoder import minilm_dir
+from hotpath.runtime.parameters import MAX_LENGTH
 from hotpath.runtime.text import decode_utf8, encode, load_tokenizer
 
 
 @pytest.fixture(scope="module")
 def tok():
-    return load_tokenizer(minilm_dir() / "tokenizer.json", max_length=256)
+    return load_tokenizer(minilm_dir() / "tokenizer.json", max_length=MAX_LENGTH)
 
 
 def test_pads_to_longest_text_of_the_batch(tok):
@@ -29,7 +30,7 @@ def test_truncates_at_256_tokens_keeping_special_tokens(tok):
 
 def test_matches_the_transformers_tokenizer(tok):
     texts = ["hello world", "Низкая задержка", "emoji 🚀", "", "x " * 400]
-    ref = AutoTokenizer.from_pretrained(str(minilm_dir()))(texts, padding=True, truncation=True, max_length=256,
+    ref = AutoTokenizer.from_pretrained(str(minilm_dir()))(texts, padding=True, truncation=True, max_length=MAX_LENGTH,
                                                              return_tensors="np")
     got = encode(tok, texts)
     for name in ("input_ids", "attention_mask", "token_type_ids"):
@@ -50,7 +51,7 @@ def test_decode_utf8_names_the_bad_item():
 
 
 def test_pad_to_multiple_of_buckets_lengths():
-    tok16 = load_tokenizer(minilm_dir() / "tokenizer.json", max_length=256, pad_to_multiple_of=16)
+    tok16 = load_tokenizer(minilm_dir() / "tokenizer.json", max_length=MAX_LENGTH, pad_to_multiple_of=16)
     for text in ["a", "a " * 15, "a " * 40, "a " * 1000]:
         length = encode(tok16, [text])["input_ids"].shape[1]
         assert length % 16 == 0 and length <= 256
@@ -58,4 +59,4 @@ def test_pad_to_multiple_of_buckets_lengths():
 
 def test_pad_multiple_must_divide_max_length():
     with pytest.raises(ValueError, match="multiple"):
-        load_tokenizer(minilm_dir() / "tokenizer.json", max_length=256, pad_to_multiple_of=48)
+        load_tokenizer(minilm_dir() / "tokenizer.json", max_length=MAX_LENGTH, pad_to_multiple_of=48)

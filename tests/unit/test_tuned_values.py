@@ -79,11 +79,12 @@ def test_overrides_keep_only_what_differs_from_the_committed_specs():
 
 @pytest.mark.parametrize("us,expected", [("0", (False, None)), ("250", (True, 250))])
 def test_spin_settings(us, expected):
-    from hotpath.runtime.ort_session import spin_settings
+    from hotpath.runtime.parameters import OrtParameters
 
-    got = spin_settings({"spin_duration_us": us})
+    got = OrtParameters.parse({"spin_duration_us": us}).spin_settings()
     assert (got["allow_spinning"], got["spin_duration_us"]) == expected
-    assert spin_settings({"allow_spinning": "true"}) == {"allow_spinning": True, "spin_duration_us": None}
+    assert OrtParameters.parse({"allow_spinning": "true"}).spin_settings() == {"allow_spinning": True,
+                                                                               "spin_duration_us": None}
 
 
 def test_start_tune_keeps_the_committed_layout_within_noise():
