@@ -2,7 +2,7 @@
 
 Parsed once, by hotpath.spec, with one default per key stated here; a key the model's kind does not take,
 a missing required key or a value of the wrong type is a SpecError naming the spec file and the key.
-The `[hotpath.tensorrt]` table is checked by hotpath.plans.options (its checks need the other specs).
+The `[hotpath.tensorrt]` table is checked by hotpath.tensorrt.build.options (its checks need the other specs).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class BuildOptions:
     int8_min_cosine: float | None = None
     int8_min_mean_cosine: float | None = None
     index: IndexOptions | None = None
-    tensorrt: dict[str, Any] | None = None   # TensorRT plans (GPU hosts), checked by hotpath.plans.options
+    tensorrt: dict[str, Any] | None = None   # TensorRT plans (GPU hosts), checked by hotpath.tensorrt.build.options
 
 
 _FLOORS = ("int8_min_top1_agreement", "int8_min_top5_overlap", "int8_min_cosine", "int8_min_mean_cosine")

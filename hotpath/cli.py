@@ -30,9 +30,9 @@ def _check_plans(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from hotpath import paths
-    from hotpath.plans.audit import check_plans, format_report
     from hotpath.spec import load_specs
     from hotpath.tensorrt import device
+    from hotpath.tensorrt.build.audit import check_plans, format_report
     from hotpath.tensorrt.compat import Target
 
     found = device.detect() if not (args.gpu or args.compute_capability) else Target()

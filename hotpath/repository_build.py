@@ -22,7 +22,6 @@ from hotpath.config import render, validate_all
 from hotpath.errors import BuildError
 from hotpath.exporters.registry import get_exporter
 from hotpath.fingerprint import fingerprint, is_fresh, write_stamp
-from hotpath.plans.step import PlanStep, write_plan_files
 from hotpath.spec import ModelSpec, load_specs
 
 log = logging.getLogger(__name__)
@@ -138,6 +137,31 @@ def _write_warmup_files(spec: ModelSpec, model_dir: Path) -> bool:
     return wrote
 
 
+class _TensorRT:
+    """The TensorRT step (hotpath.tensorrt.build.step), imported and set up (GPU detection) at the first spec
+    with a `[hotpath.tensorrt]` table: a spec without one never enters the TensorRT code."""
+
+    def __init__(self):
+        self._plans = None
+
+    def build(self, spec: ModelSpec, version_dir: Path, force: bool) -> str:
+        if spec.hotpath.tensorrt is None:
+            return ""
+        if self._plans is None:
+            from hotpath.tensorrt.build.step import PlanStep
+
+            self._plans = PlanStep()
+        return self._plans.build(spec, version_dir, force)
+
+    @staticmethod
+    def write_files(spec: ModelSpec, model_dir: Path) -> bool:
+        if spec.hotpath.tensorrt is None:
+            return False
+        from hotpath.tensorrt.build.step import write_plan_files
+
+        return write_plan_files(spec, model_dir)
+
+
 def build_repository(repository: Path | None = None, only: list[str] | None = None, force: bool = False) -> list[StepResult]:
     """Build every model of the specs into `repository`; returns one StepResult per model."""
     repository = Path(repository or paths.model_repository())
@@ -150,7 +174,7 @@ def build_repository(repository: Path | None = None, only: list[str] | None = No
             raise BuildError(f"no spec for model(s): {', '.join(sorted(unknown))}")
         specs = [s for s in specs if s.name in only]
     log.info(f"[engines] {len(specs)} model(s) -> {repository}")
-    plans = PlanStep()
+    plans = _TensorRT()
     results = []
     for i, spec in enumerate(specs, 1):
         t0 = time.perf_counter()
@@ -173,7 +197,7 @@ def build_repository(repository: Path | None = None, only: list[str] | None = No
             (version_dir / ".gitkeep").touch()
             action, metrics = "skipped", {}
         wrote = _write_config(spec, model_dir)
-        wrote = write_plan_files(spec, model_dir) or wrote
+        wrote = plans.write_files(spec, model_dir) or wrote
         wrote = _write_warmup_files(spec, model_dir) or wrote
         if action == "skipped" and not wrote:
             action = "unchanged"

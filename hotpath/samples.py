@@ -3,7 +3,7 @@
 Endpoint payloads are real inputs (short texts, a ~100 KB JPEG photo); a step model's payload is
 what the step before it produces for those inputs, so each model alone sees production-shaped data.
 perf measures with them and the TensorRT build calibrates and checks parity on them
-(hotpath.plans.calibration), so they live outside the perf package.
+(hotpath.tensorrt.build.calibration), so they live outside the perf package.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 The build compares TensorRT (TrtRunner on the plan) with ONNX Runtime (OnnxrtRunner on the
 exported model); the constant-folded ONNX is compared with its source the same way on any host;
 the container compares a plan it rebuilt before Triton loads it (hotpath.tensorrt.startup).
-Here, not in hotpath.plans, because the container runs it: numpy and polygraphy are imported when
-a comparison runs.
+In the core, below hotpath.tensorrt.build, because the container runs it: numpy and polygraphy are
+imported when a comparison runs.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ HARDWARE_LEVELS = ("NONE", "AMPERE_PLUS", "SAME_COMPUTE_CAPABILITY")
 RECIPE_FILE = "tensorrt.build.json"
 FEEDS_FILE = "tensorrt.feeds.json"
 CONFIG_NAME = "tensorrt"  # Triton's custom config name: <model>/configs/tensorrt.pbtxt
+EXPORTED_ONNX = "model.onnx"  # the exporter's graph: plans are built from its folded copy and compared with it
 
 # input name -> [min shape, opt shape, max shape], batch dimension included
 Profile = dict[str, list[list[int]]]

@@ -26,11 +26,18 @@ from hotpath.repository import Repository, read_config
 from hotpath.tensorrt import builder, device, parity
 from hotpath.tensorrt.compat import Target
 from hotpath.tensorrt.inventory import PlanStatus, plan_status, version_dirs
-from hotpath.tensorrt.recipe import CONFIG_NAME, FEEDS_FILE, Recipe, plan_filename, read_feeds, read_recipe
+from hotpath.tensorrt.recipe import (
+    CONFIG_NAME,
+    EXPORTED_ONNX,
+    FEEDS_FILE,
+    Recipe,
+    plan_filename,
+    read_feeds,
+    read_recipe,
+)
 
 Log = Callable[[str], None]
 logger = logging.getLogger(__name__)
-EXPORTED_ONNX = "model.onnx"  # what the build compares plans with (hotpath.plans.step)
 
 
 def _say(message: str) -> None:

@@ -14,14 +14,14 @@ from tritonclient.grpc import model_config_pb2 as mc
 from hotpath import paths
 from hotpath.errors import SpecError
 from hotpath.knobs import knob
-from hotpath.plans import calibration, parity
-from hotpath.plans.options import recipe_for, tensorrt_options
-from hotpath.plans.plan_config import plan_config
-from hotpath.plans.profiles import derive_profiles
-from hotpath.plans.sanitize import ensure_sanitized, source_digest
-from hotpath.plans.step import PlanStep, parity_feeds, write_plan_files
 from hotpath.spec import load_spec, load_specs, spec_from_dict
-from hotpath.tensorrt import builder
+from hotpath.tensorrt import builder, parity
+from hotpath.tensorrt.build import calibration
+from hotpath.tensorrt.build.options import recipe_for, tensorrt_options
+from hotpath.tensorrt.build.plan_config import plan_config
+from hotpath.tensorrt.build.profiles import derive_profiles
+from hotpath.tensorrt.build.sanitize import ensure_sanitized, source_digest
+from hotpath.tensorrt.build.step import PlanStep, parity_feeds, write_plan_files
 from hotpath.tensorrt.compat import Target
 from hotpath.tensorrt.inventory import built_plans, plan_status
 from hotpath.tensorrt.manifest import Manifest, read_manifest, recipe_digest, sha256, write_manifest
@@ -394,7 +394,7 @@ def test_parity_inputs_written_for_the_container_are_the_build_s(encoder, tmp_pa
 
 def test_nothing_here_references_onnxruntime_extensions():
     """The in-graph tokenizer and onnxruntime-extensions are gone; the TensorRT path never needs them."""
-    files = [f for d in ("plans", "tensorrt") for f in (paths.ROOT / "hotpath" / d).glob("*.py")]
+    files = list((paths.ROOT / "hotpath" / "tensorrt").rglob("*.py"))
     files += [paths.ROOT / p for p in ("scripts/gpu_check.py", "tests/planrepo.py", "build/text_encoder.toml",
                                        "docker/requirements-rebuild.txt")]
     files += list((paths.model_repository() / "text_encoder" / "configs").iterdir())

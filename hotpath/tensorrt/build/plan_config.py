@@ -13,9 +13,9 @@ from typing import Iterable
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from hotpath.plans.options import TensorRTOptions
-from hotpath.plans.profiles import batch_range
 from hotpath.spec import ModelSpec
+from hotpath.tensorrt.build.options import TensorRTOptions
+from hotpath.tensorrt.build.profiles import batch_range
 from hotpath.tensorrt.manifest import Manifest
 from hotpath.tensorrt.recipe import Recipe
 

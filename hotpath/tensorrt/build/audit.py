@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hotpath.plans.options import recipe_for
 from hotpath.spec import ModelSpec
+from hotpath.tensorrt.build.options import recipe_for
 from hotpath.tensorrt.compat import Target
 from hotpath.tensorrt.inventory import PlanStatus, plan_status, version_dirs
 from hotpath.tensorrt.recipe import read_recipe

@@ -4,7 +4,7 @@
     precision = "fp16"                 # fp16 (default) | fp32 | int8 (calibrated on the perf payloads)
     compute_capabilities = ["8.0", "8.6", "8.9", "9.0"]   # one plan each, mapped by cc_model_filenames
     sequence_length = [1, 32, 256]     # min / opt / max of every variable (-1) dimension; checked against
-                                       # the tokenizer steps feeding the model (hotpath.plans.feeders)
+                                       # the tokenizer steps feeding the model (hotpath.tensorrt.build.feeders)
     hardware_compatible = false        # AMPERE_PLUS: one plan for every GPU of cc >= 8.0
     version_compatible = false         # runs with later TensorRT versions (lean runtime in the plan)
     cuda_graphs = true                 # CUDA graphs for the preferred batch sizes at opt length, each
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 from tritonclient.grpc import model_config_pb2 as mc
 
-from hotpath.plans.feeders import check_sequence_length
-from hotpath.plans.profiles import derive_profiles
 from hotpath.spec import ModelSpec
+from hotpath.tensorrt.build.feeders import check_sequence_length
+from hotpath.tensorrt.build.profiles import derive_profiles
 from hotpath.tensorrt.recipe import PRECISIONS, Recipe
 
 # Parity tolerance (max abs difference vs ONNX Runtime) per precision, unless the spec sets one.

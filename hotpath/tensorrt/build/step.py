@@ -15,18 +15,24 @@ from pathlib import Path
 from hotpath import paths
 from hotpath.config import HEADER, to_pbtxt
 from hotpath.errors import BuildError
-from hotpath.plans import calibration, parity
-from hotpath.plans.options import recipe_for, tensorrt_options
-from hotpath.plans.plan_config import plan_config
-from hotpath.plans.sanitize import ensure_sanitized
 from hotpath.spec import ModelSpec
-from hotpath.tensorrt import builder, device
+from hotpath.tensorrt import builder, device, parity
+from hotpath.tensorrt.build import calibration
+from hotpath.tensorrt.build.options import recipe_for, tensorrt_options
+from hotpath.tensorrt.build.plan_config import plan_config
+from hotpath.tensorrt.build.sanitize import ensure_sanitized
 from hotpath.tensorrt.compat import Target
 from hotpath.tensorrt.inventory import built_plans, plan_status
-from hotpath.tensorrt.recipe import config_path, feeds_path, feeds_to_json, plan_filename, recipe_path
+from hotpath.tensorrt.recipe import (
+    EXPORTED_ONNX,
+    config_path,
+    feeds_path,
+    feeds_to_json,
+    plan_filename,
+    recipe_path,
+)
 
 log = logging.getLogger(__name__)
-EXPORTED_ONNX = "model.onnx"
 
 
 def _write_if_changed(path: Path, text: str) -> bool:
