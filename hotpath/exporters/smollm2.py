@@ -74,14 +74,8 @@ class SmolLM2Exporter(Exporter):
     name = "smollm2"
 
     def source_files(self, spec: ModelSpec) -> list[Path]:
-        # Called on every `hotpath engines` run (the export itself only when its inputs change): the
-        # engine settings are checked here so a bad spec fails the build, not the model's load.
-        from hotpath.runtime.llm.settings import from_parameters
-
-        try:
-            from_parameters({k: v.string_value for k, v in spec.config.parameters.items()})
-        except ValueError as exc:
-            raise spec.error(f"parameters.{getattr(exc, 'key', '?')}", str(exc)) from None
+        # The engine settings ([parameters]) are checked when the spec loads (hotpath.spec: EngineSettings),
+        # so a bad spec fails the build, not the model's load.
         return [gguf_path()]
 
     def versions(self) -> dict[str, str]:
