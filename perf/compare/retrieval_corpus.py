@@ -9,6 +9,7 @@ reuses that build while the served graph, the apt lists and the index settings a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import logging
@@ -28,7 +29,7 @@ def _key(spec) -> dict:
     graph = paths.model_repository() / "retrieval" / "1" / "export" / "model.onnx"
     lists = hashlib.sha256("".join(f"{p}:{Path(p).stat().st_size}:{Path(p).stat().st_mtime_ns}\n"
                                    for p in apt_lists()).encode()).hexdigest()
-    return {"graph": file_digest(graph), "apt_lists": lists, "index": spec.hotpath.get("index", {}),
+    return {"graph": file_digest(graph), "apt_lists": lists, "index": dataclasses.asdict(spec.hotpath.index),
             "parameters": {k: v.string_value for k, v in spec.config.parameters.items()}}
 
 
@@ -39,7 +40,7 @@ def full_build(log=logger.info) -> tuple[Path, dict]:
 
     spec = load_spec(paths.model_specs_dir() / "retrieval.toml")
     spec = copy.copy(spec)
-    spec.hotpath = {**spec.hotpath, "index": {**spec.hotpath["index"], "limit": 0}}
+    spec.hotpath = dataclasses.replace(spec.hotpath, index=dataclasses.replace(spec.hotpath.index, limit=0))
     out = paths.work_dir() / "perf" / "retrieval-full" / "export"
     key = _key(spec)
     stamp = out / STAMP

@@ -13,6 +13,7 @@ The server-side view of the same step is `hotpath perf --explain ENDPOINT` (perf
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import resource
@@ -77,10 +78,11 @@ def text_variants(layouts: list[tuple[str, int, str | None]]) -> tuple[list[Vari
     from hotpath.runtime.embedder import INPUTS, Embedder
     from hotpath.runtime.ort_session import make_session
     from hotpath.runtime.text import encode, gather_texts
+    from hotpath.spec import load_spec
 
     folder = paths.model_repository() / "sentence_embedder" / "1"
-    params = {"max_length": "256", "intra_op_thread_count": "1"}
-    embedder = Embedder(folder, params)
+    embedder = Embedder(folder, dataclasses.replace(load_spec(paths.model_specs_dir() / "sentence_embedder.toml").parameters,
+                                                   intra_op_thread_count=1))
     texts = _texts()
     raw = [np.array([[t.encode()]], dtype=object) for t in texts]
     feeds = [encode(embedder.tokenizer, [t]) for t in texts]

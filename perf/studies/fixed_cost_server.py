@@ -40,11 +40,12 @@ TEXT_VARIANTS = {   # label -> sentence_embedder knobs
 
 def floor_p50_ms(n: int = 100) -> float:
     """The in-process floor's batch-1 p50: the fast tokenizer + the pooled graph in ORT, 2 threads."""
+    from hotpath.exporters.sentence_encoder import minilm_tokenizer
     from hotpath.runtime.ort_session import make_session
-    from hotpath.runtime.text import encode, load_tokenizer
+    from hotpath.runtime.text import encode
 
     folder = paths.model_repository() / "sentence_embedder" / "1"
-    tok = load_tokenizer(folder / "tokenizer.json", 256)
+    tok = minilm_tokenizer()
     session = make_session(folder / "export" / "model.onnx", 2, 1)
     texts = [d["TEXT"][0] for d in json.loads((paths.ROOT / "perf/data/short_texts.json").read_text())["data"]]
     times = []

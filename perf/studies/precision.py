@@ -50,7 +50,7 @@ def log(message: str) -> None:
 
 def build_classifier(folder: Path) -> tuple[dict, Path, Path, dict]:
     spec = load_spec(paths.model_specs_dir() / "image_classifier.toml")
-    fp32_spec = dataclasses.replace(spec, hotpath={**spec.hotpath, "precision": "fp32"})
+    fp32_spec = dataclasses.replace(spec, hotpath=dataclasses.replace(spec.hotpath, precision="fp32"))
     ImageClassifierExporter().export(fp32_spec, folder, lambda m: log(f"  {m}"))
     fp32, int8 = folder / "model.onnx", folder / "model.int8.onnx"
     # No floors here: the report shows the figures whatever they are and compares them with the spec's.
@@ -74,7 +74,7 @@ def _confident_agreement(fp32: Path, int8: Path) -> dict:
 def build_encoder(folder: Path) -> tuple[dict, Path, Path, dict]:
     spec = load_spec(paths.model_specs_dir() / "sentence_embedder.toml")
     fp32, int8 = folder / "encoder.onnx", folder / "encoder.int8.onnx"
-    export_pooled_encoder(fp32, int(spec.hotpath.get("opset", 17)), "embedding", lambda m: log(f"  {m}"))
+    export_pooled_encoder(fp32, spec.hotpath.opset, "embedding", lambda m: log(f"  {m}"))
     figures = _unprefixed(int8_encoder(spec.name, fp32, int8, {}, lambda m: log(f"  {m}")))
     return spec.hotpath, fp32, int8, figures
 
@@ -137,8 +137,8 @@ def _speed_table(speed: dict) -> list[str]:
     return rows
 
 
-def _passes(figures: dict, hotpath: dict, names: dict[str, str]) -> str:
-    checks = [(key, figures[field], hotpath.get(key)) for key, field in names.items()]
+def _passes(figures: dict, hotpath, names: dict[str, str]) -> str:
+    checks = [(key, figures[field], getattr(hotpath, key)) for key, field in names.items()]
     if any(floor is None for _, _, floor in checks):
         return "no floors in the spec"
     return "passes" if all(v >= floor for _, v, floor in checks) else "FAILS"
@@ -146,8 +146,8 @@ def _passes(figures: dict, hotpath: dict, names: dict[str, str]) -> str:
 
 def render(host: dict, image: tuple, encoder: tuple, runs: int, started: str, seconds: float) -> str:
     (ihp, _, _, ifig, ispeed), (ehp, _, _, efig, espeed) = image, encoder
-    ifloors = ", ".join(f"`{k}` {ihp.get(k)}" for k in quantize.CLASSIFIER_FLOORS)
-    efloors = ", ".join(f"`{k}` {ehp.get(k)}" for k in quantize.EMBEDDING_FLOORS)
+    ifloors = ", ".join(f"`{k}` {getattr(ihp, k)}" for k in quantize.CLASSIFIER_FLOORS)
+    efloors = ", ".join(f"`{k}` {getattr(ehp, k)}" for k in quantize.EMBEDDING_FLOORS)
     lines = [
         "# Precision ladder: FP32 vs INT8 (ONNX Runtime, CPU)",
         "",
@@ -177,7 +177,7 @@ def render(host: dict, image: tuple, encoder: tuple, runs: int, started: str, se
         f"| top-1 agreement where it is < 0.5 | {ifig['unsure_top1']:.3f} ({ifig['unsure_n']} inputs) |",
         "",
         f"Spec floors: {ifloors}: INT8 {_passes(ifig, ihp, quantize.CLASSIFIER_FLOORS)}. "
-        f"Committed default: `precision = \"{ihp.get('precision', 'fp32')}\"` (INT8 stays opt-in while it changes "
+        f"Committed default: `precision = \"{ihp.precision}\"` (INT8 stays opt-in while it changes "
         "the top-1 class of held-out photos: the served answer comes first).",
         "",
         "Speed (batch 8 of the held-out photos):",

@@ -38,12 +38,11 @@ class TextPipeline:
     """texts -> normalized embeddings: the endpoint's tokenizer.json + its pooled encoder graph."""
 
     def __init__(self, threads: int = 2, allow_spinning: bool = False, graph: str = SENTENCE_EMBEDDER_GRAPH):
-        from hotpath.exporters.sentence_encoder import minilm_dir
-        from hotpath.runtime.text import load_tokenizer
+        from hotpath.exporters.sentence_encoder import minilm_tokenizer
 
         self.graph = graph
         self.session = _session(graph, threads, allow_spinning)
-        self.tokenizer = load_tokenizer(minilm_dir() / "tokenizer.json", 256)
+        self.tokenizer = minilm_tokenizer()
 
     @staticmethod
     def decode(values: np.ndarray) -> list[str]:
