@@ -1,18 +1,11 @@
-"""perf/semantic_cache_study.py's pure part (rates, Wilson intervals, the chosen threshold) and its corpus."""
+"""perf/studies/semantic_cache.py's pure part (rates, Wilson intervals, the chosen threshold) and its corpus."""
 
-import importlib.util
-import sys
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("semantic_cache_study", ROOT / "perf" / "semantic_cache_study.py")
-study = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = study   # dataclasses look their module up there
-_spec.loader.exec_module(study)
+from perf.studies import semantic_cache as study
 
 
 def test_wilson_matches_the_textbook_values():

@@ -6,14 +6,13 @@ vectors the semantic cache compares) on a local tritonserver (or `--url`). For e
 0.70 to 0.99: the hit rate (paraphrases with cosine >= t) and the false-hit rate (near misses with
 cosine >= t), with 95% Wilson intervals. The default is the lowest t whose false-hit rate is below 1%.
 
-    flock /tmp/hotpath-it.lock .venv/bin/python perf/semantic_cache_study.py [--url HOST:PORT]
+    flock /tmp/hotpath-it.lock .venv/bin/python -m perf study semantic_cache [--url HOST:PORT]
 
 writes perf/reports/semantic_cache.md (a part from NOTES_MARKER on is kept when it is rewritten).
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import json
 import math
@@ -25,9 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-PAIRS = ROOT / "perf" / "data" / "semantic_pairs.jsonl"
-REPORT = ROOT / "perf" / "reports" / "semantic_cache.md"
+from hotpath import paths
+
+PAIRS = paths.ROOT / "perf" / "data" / "semantic_pairs.jsonl"
+REPORT = paths.ROOT / "perf" / "reports" / "semantic_cache.md"
 THRESHOLDS = tuple(round(0.70 + 0.01 * i, 2) for i in range(30))   # 0.70 .. 0.99
 FINE_THRESHOLDS = tuple(round(0.991 + 0.001 * i, 3) for i in range(10))   # 0.991 .. 1.000: where none above is
 KIND_THRESHOLDS = (0.85, 0.90, 0.95, 0.99)
@@ -223,7 +223,9 @@ def kept_notes(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from perf.studies.runner import parser
+
+    ap = parser("semantic_cache", __doc__, allow_busy=False)   # cosines do not depend on the host's load
     ap.add_argument("--url", help="gRPC HOST:PORT of a running server with text_embedding (default: start one)")
     ap.add_argument("--pairs", type=Path, default=PAIRS)
     ap.add_argument("--out", type=Path, default=REPORT)
@@ -246,12 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     where += f"; {len(texts)} distinct prompts, vector norms {norms.min():.4f}-{norms.max():.4f}"
     vectors = dict(zip(texts, matrix / norms[:, None]))   # already unit length: a cosine either way
     cos = pair_cosines(pairs, vectors)
-    command = "flock /tmp/hotpath-it.lock .venv/bin/python perf/semantic_cache_study.py " + shlex.join(argv or sys.argv[1:])
+    command = "flock /tmp/hotpath-it.lock .venv/bin/python -m perf study semantic_cache " + shlex.join(sys.argv[1:] if argv is None else argv)
     text = report(pairs, cos, unrelated_cosines(pairs, vectors), command.strip(), where)
     args.out.write_text(text + kept_notes(args.out))
     print(text)
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())
