@@ -896,6 +896,7 @@ function M.openai(kind)
   end
   local tenant = ngx.var[cfg.tenant_variable]
   limit("openai", tenant, tokens)
+  ngx.var.hotpath_cache_namespace = cfg.tenants[tenant].cache_namespace or ""   -- the API's answer cache
   return admit("openai", tenant, work)
 end
 

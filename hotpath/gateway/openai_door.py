@@ -17,8 +17,10 @@ from pathlib import Path
 from hotpath.gateway.front_door import ADMITTED_VARIABLE, lua_call
 from hotpath.nginx.directives import d
 from hotpath.nginx.upstreams import connect_timeout, upstream
+from hotpath.shared_state.cache_key import NAMESPACE_HEADER
 
 UPSTREAM = "openai_api"
+NAMESPACE_VARIABLE = "hotpath_cache_namespace"   # set by front_door.lua's openai() to the tenant's namespace
 
 
 def openai_config(repository: Path | None = None, aliases: dict[str, str] | None = None) -> dict:
@@ -59,8 +61,11 @@ def server(port: int, upstreams: tuple[str, ...], tenant: str, max_body_bytes: i
             d("proxy_set_header", "Connection", ""),
             connect_timeout("proxy"),
             d("set", f"${ADMITTED_VARIABLE}", ""),
+            d("set", f"${NAMESPACE_VARIABLE}", ""),
             d("if", tenant, "=", "", block=[d("return", 401)]),
             d("proxy_set_header", "Authorization", ""),   # the token stops here
+            # the tenant's cache namespace for the API's answer cache; whatever the client sent is replaced
+            d("proxy_set_header", NAMESPACE_HEADER, f"${NAMESPACE_VARIABLE}"),
             d("error_page", 401, "=", "@openai_401"),
             d("error_page", 413, "=", "@openai_413"),
             d("error_page", 502, 504, "=", "@openai_502"),

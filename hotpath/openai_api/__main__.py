@@ -37,8 +37,10 @@ def main(argv: list[str] | None = None) -> int:
     from hotpath.openai_api.catalog import parse_aliases
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from hotpath.shared_state.target import from_env
+
     config = APIConfig(args.grpc_url, Path(args.repository or paths.model_repository()), parse_aliases(args.alias),
-                       api_key=settings.openai_api_key())
+                       api_key=settings.openai_api_key(), redis=from_env())
     if args.max_body_bytes:
         config.max_body_bytes = args.max_body_bytes
     if args.max_in_flight:

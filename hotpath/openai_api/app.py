@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -26,9 +27,15 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from hotpath.openai_api import errors
+from hotpath.openai_api.answer_cache import (
+    SEMANTIC_HEADER,
+    AnswerCache,
+    canonical,
+    deterministic,
+)
 from hotpath.openai_api.catalog import ServedModel, served_models
 from hotpath.openai_api.errors import APIError
-from hotpath.openai_api.generation import Completion, Totals, request_inputs
+from hotpath.openai_api.generation import FINISH_REASONS, Completion, Totals, request_inputs
 from hotpath.openai_api.metrics import APIMetrics
 from hotpath.openai_api.schemas import (
     CHAT_REFUSED,
@@ -39,6 +46,8 @@ from hotpath.openai_api.schemas import (
 )
 from hotpath.openai_api.tokens import TokenCounter
 from hotpath.openai_api.triton import Triton
+from hotpath.shared_state.cache_key import HIT_HEADER, NAMESPACE_HEADER
+from hotpath.shared_state.target import RedisTarget
 
 log = logging.getLogger("hotpath.openai_api")
 
@@ -54,6 +63,8 @@ class APIConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     api_key: str | None = field(default=None, repr=False)   # None: no key (behind the tenant gateway, or loopback)
+    redis: RedisTarget | None = None   # the fleet's Redis: answers cached for every replica (answer_cache); None: none
+    semantic_model: str = "text_embedding"   # the endpoint whose vectors the semantic cache compares
 
 
 def json_response(body: dict, status: int = 200, headers: dict | None = None) -> Response:
@@ -70,6 +81,7 @@ def sse(data: dict) -> bytes:
 
 
 DONE = b"data: [DONE]\n\n"
+SIMILARITY_HEADER = "X-Hotpath-Cache-Similarity"   # on a semantic hit: the cosine it was served at
 
 
 class OpenAIAPI:
@@ -79,6 +91,10 @@ class OpenAIAPI:
         self.counters = {m.endpoint: TokenCounter(m.tokenizer) for m in self.models.values() if m.tokenizer}
         self.metrics = APIMetrics()
         self.triton: Triton | None = None
+        self.cache: AnswerCache | None = None
+        self.embedder = next((m for m in self.models.values()
+                              if m.kind == "embedding" and m.endpoint == config.semantic_model), None)
+        self._stores: set[asyncio.Task] = set()
         self.in_flight = 0
         self.app = Starlette(routes=[
             Route("/v1/embeddings", self.route("embeddings", self.embeddings), methods=["POST"]),
@@ -94,10 +110,19 @@ class OpenAIAPI:
     @contextlib.asynccontextmanager
     async def lifespan(self, _app):
         self.triton = Triton(self.config.grpc_url)
+        if self.config.redis is not None:
+            from hotpath.repository import Repository
+            from hotpath.shared_state.cache_key import repository_build
+
+            self.cache = AnswerCache(self.config.redis.client(asyncio=True),
+                                     repository_build(Repository(self.config.repository)),
+                                     counter=self.metrics.cache)
         try:
             yield
         finally:
             await self.triton.close()
+            if self.cache is not None:
+                await self.cache.client.aclose()
 
     # -- the frame every API route runs in: auth, in-flight cap, errors, metrics
 
@@ -145,10 +170,30 @@ class OpenAIAPI:
             if size > limit:
                 raise errors.body_too_large(limit)
             chunks.append(chunk)
+        raw = b"".join(chunks)
         try:
-            return schema.model_validate_json(b"".join(chunks))
+            parsed = schema.model_validate_json(raw)
         except ValidationError as exc:
             raise errors.from_validation(exc) from None
+        request.state.raw = raw
+        return parsed
+
+    # -- the fleet's answer cache (answer_cache)
+
+    def _namespace(self, request: Request) -> str:
+        """The caller's cache namespace, "" for none: the tenant gateway's header (its tenant's namespace;
+        the gateway always sets it), or "api" for the one tenant of an API with its own key."""
+        if self.cache is None:
+            return ""
+        if self.config.api_key is not None:
+            return "api"
+        return request.headers.get(NAMESPACE_HEADER, "api")
+
+    def _later(self, coroutine) -> None:
+        """Store after the answer went out; the task is kept until done (asyncio holds it weakly)."""
+        task = asyncio.ensure_future(coroutine)
+        self._stores.add(task)
+        task.add_done_callback(self._stores.discard)
 
     def _model(self, name: str, kind: str, chat: bool = False) -> ServedModel:
         model = self.models.get(name)
@@ -166,6 +211,19 @@ class OpenAIAPI:
                                  "its vectors cannot be shortened)", "dimensions", "invalid_value")
         texts = body.texts
         _check_texts(model, texts)
+        namespace = self._namespace(request)
+        if namespace:
+            key = canonical(orjson.loads(request.state.raw))
+            stored = await self.cache.get(namespace, model.endpoint, key)
+            if stored is not None:
+                return Response(stored, media_type="application/json", headers={HIT_HEADER: "hit"}), model.id
+        response, model_id = await self._embed(body, model, texts)
+        if namespace:
+            self._later(self.cache.put(namespace, model.endpoint, key, response.body))
+            response.headers[HIT_HEADER] = "miss"
+        return response, model_id
+
+    async def _embed(self, body: EmbeddingsRequest, model: ServedModel, texts: list[str]):
         pending = asyncio.ensure_future(self.triton.embed(model, texts))   # counting tokens overlaps the call
         try:
             tokens = self.counters[model.endpoint].count(texts)
@@ -197,19 +255,81 @@ class OpenAIAPI:
         if body.stream_options is not None and not body.stream:
             raise errors.invalid("'stream_options' is only allowed when 'stream' is true", "stream_options")
         completion = Completion(body)
+        store = await self._cached_answer(request, model, body, completion)
+        if isinstance(store, Response):
+            return store, model.id
         steps = self.triton.generate(model, request_inputs(body), param)
         totals = Totals()
         if not body.stream:
             async for step in steps:
                 totals.add(step)
             self._count_tokens(model, totals)
-            return json_response(completion.whole(totals)), model.id
+            if store:
+                store(totals)
+            return json_response(completion.whole(totals), headers=store and {HIT_HEADER: "miss"}), model.id
         # The first response decides the status: an error before it is an HTTP error, after it an error event.
         first = await anext(steps)
-        return StreamingResponse(self._events(request.state.slot, model, completion, first, steps, totals),
-                                 media_type="text/event-stream", headers={"cache-control": "no-cache"}), model.id
+        headers = {"cache-control": "no-cache", **({HIT_HEADER: "miss"} if store else {})}
+        return StreamingResponse(self._events(request.state.slot, model, completion, first, steps, totals, store),
+                                 media_type="text/event-stream", headers=headers), model.id
 
-    async def _events(self, slot: _Slot, model: ServedModel, completion: Completion, first, steps, totals: Totals):
+    async def _cached_answer(self, request: Request, model: ServedModel, body, completion: Completion):
+        """A cached answer's response; else a function that stores the answer once generated (None: not
+        cacheable). Exact for a deterministic request; semantic for a chat that asks for it."""
+        namespace = self._namespace(request)
+        if not namespace:
+            return None
+        raw = orjson.loads(request.state.raw)
+        exact = deterministic(body)
+        semantic = (completion.chat and self.embedder is not None and body.messages[-1].role == "user"
+                    and request.headers.get(SEMANTIC_HEADER, "").lower() == "on")
+        if not (exact or semantic):
+            return None
+        key = canonical(raw)
+        if exact and (stored := await self.cache.get(namespace, model.endpoint, key)) is not None:
+            return self._replay(request, completion, body, stored, {HIT_HEADER: "hit"})
+        vector = context = None
+        if semantic:   # everything but the last user message's words is the context it must match exactly
+            context = canonical({**raw, "messages": [*raw["messages"][:-1], {"role": "user"}]})
+            vector = (await self.triton.embed(self.embedder, [body.messages[-1].text]))[0]
+            if found := await self.cache.similar(namespace, model.endpoint, context, vector):
+                stored, score = found
+                return self._replay(request, completion, body, stored,
+                                    {HIT_HEADER: "semantic-hit", SIMILARITY_HEADER: f"{score:.4f}"})
+
+        def store(totals: Totals) -> None:
+            if totals.finish_reason not in FINISH_REASONS:   # a cancelled or failed generation is not an answer
+                return
+            answer = orjson.dumps(dataclasses.asdict(totals))
+            if exact:
+                self._later(self.cache.put(namespace, model.endpoint, key, answer))
+            if semantic:
+                self._later(self.cache.remember(namespace, model.endpoint, context, vector, answer))
+
+        return store
+
+    def _replay(self, request: Request, completion: Completion, body, stored: bytes, headers: dict) -> Response:
+        """A cached generation, rendered as this request asks (whole or streamed), with an id of its own."""
+        totals = Totals(**orjson.loads(stored))
+        if not body.stream:
+            return json_response(completion.whole(totals), headers=headers)
+        slot = request.state.slot
+
+        async def events():
+            try:
+                yield sse(completion.chunk(totals.text, None, first=True))
+                yield sse(completion.chunk(None, totals.finish_reason))
+                if completion.include_usage:
+                    yield sse(completion.usage_chunk(totals))
+                yield DONE
+            finally:
+                slot.release()
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"cache-control": "no-cache", **headers})
+
+    async def _events(self, slot: _Slot, model: ServedModel, completion: Completion, first, steps, totals: Totals,
+                      store=None):
         try:
             totals.add(first)
             yield sse(completion.chunk(first.text, None, first=True))
@@ -221,6 +341,8 @@ class OpenAIAPI:
             if completion.include_usage:
                 yield sse(completion.usage_chunk(totals))
             yield DONE
+            if store:
+                store(totals)
         except APIError as error:   # never a silent cut: the stream ends with the error event
             self.metrics.errors.labels("chat" if completion.chat else "completions", str(error.status),
                                        error.type).inc()

@@ -24,6 +24,9 @@ class APIMetrics:
                                registry=self.registry)
         self.tokens = Counter("hotpath_openai_tokens", "Tokens by model and kind (prompt | completion)",
                               ["model", "kind"], registry=self.registry)
+        self.cache = Counter("hotpath_openai_cache", "The fleet's answer cache (hotpath.openai_api.answer_cache): "
+                             "lookups by kind (exact | semantic) and result (hit | miss | store | error)",
+                             ["kind", "result"], registry=self.registry)
 
     def exposition(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

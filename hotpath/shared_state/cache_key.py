@@ -1,5 +1,5 @@
 """The exact cache's keys, one definition for every caller: the gateway's NGINX Lua
-(hotpath/gateway/exact_cache.lua builds the same string) and Python services (the OpenAI API).
+(hotpath/gateway/exact_cache.lua builds the same string) and the OpenAI API (hotpath.openai_api.answer_cache).
 
     hotpath:cache:<namespace>:<endpoint>:<build>:<sha256 of the request>
 
@@ -10,7 +10,7 @@
   version, config or engine never serves an answer of the old one;
 - request: every byte that can change the answer, exactly as received (the gateway: URI with the version
   asked, Inference-Header-Content-Length, body; the OpenAI API: its canonical JSON of the request with the
-  whole conversation and every sampling parameter). Exact bytes, not a parse: two spellings of one
+  whole conversation and every sampling parameter, without `stream` / `stream_options`). Exact bytes, not a parse: two spellings of one
   request are two entries, never one entry for two requests.
 
 Only deterministic answers are cached (a spec's `response_cache { enable: true }`, a greedy or seeded
@@ -29,6 +29,8 @@ PREFIX = "hotpath:cache:"
 DEFAULT_TTL_S = 3600
 MAX_ANSWER_BYTES = 1 << 20   # larger answers are not kept (an image batch's outputs)
 HIT_HEADER = "X-Hotpath-Cache"   # "hit" / "miss" on a cacheable endpoint's answer
+# The tenant gateway tells the OpenAI API its caller's namespace (it replaces whatever a client sent).
+NAMESPACE_HEADER = "X-Hotpath-Cache-Namespace"
 # A store endpoint (retrieval) is one with this input: a call with it may write (OP "upsert" / "delete",
 # hotpath/retrieval/requests.py), which moves the store's version kept under STORE_VERSION_PREFIX + endpoint;
 # a cached read is served only under the version it was computed at (hotpath/gateway/exact_cache.lua).
@@ -49,33 +51,3 @@ def repository_build(repository: Repository | None = None) -> str:
     for path in sorted([*root.glob("*/config.pbtxt"), *root.glob(f"*/*/{STAMP}")]):
         h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
-
-
-class ExactCache:
-    """get / put of answers under `cache_key` in the fleet's Redis (a redis-py client), for Python callers.
-    Redis errors are the caller's miss: `get` returns None and `put` does nothing when Redis cannot answer."""
-
-    def __init__(self, client, build: str, ttl_s: int = DEFAULT_TTL_S):
-        self.client, self.build, self.ttl_s = client, build, ttl_s
-
-    def key(self, namespace: str, endpoint: str, request: bytes) -> str:
-        return cache_key(namespace, endpoint, self.build, request)
-
-    def get(self, namespace: str, endpoint: str, request: bytes) -> bytes | None:
-        import redis
-
-        try:
-            return self.client.get(self.key(namespace, endpoint, request))
-        except redis.RedisError:
-            return None
-
-    def put(self, namespace: str, endpoint: str, request: bytes, answer: bytes) -> None:
-        """Store a successful answer (never call it with an error) for the TTL."""
-        import redis
-
-        if len(answer) > MAX_ANSWER_BYTES:
-            return
-        try:
-            self.client.set(self.key(namespace, endpoint, request), answer, ex=self.ttl_s)
-        except redis.RedisError:
-            pass

@@ -31,12 +31,13 @@ class RedisTarget:
         """The URL without its password (safe to log)."""
         return f"redis://{self.host}:{self.port}/{self.db}"
 
-    def client(self, **kwargs):
-        """A redis-py client (hotpath's Python callers: the OpenAI API, tests)."""
+    def client(self, asyncio: bool = False, **kwargs):
+        """A redis-py client (hotpath's Python callers: tests), or its asyncio one (the OpenAI API)."""
         import redis
+        import redis.asyncio
 
         timeout = self.timeout_ms / 1000
-        return redis.Redis(host=self.host, port=self.port, db=self.db, password=self.password or None,
+        return (redis.asyncio.Redis if asyncio else redis.Redis)(host=self.host, port=self.port, db=self.db, password=self.password or None,
                            socket_timeout=timeout, socket_connect_timeout=timeout, **kwargs)
 
 

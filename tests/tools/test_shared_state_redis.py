@@ -1,5 +1,5 @@
 """hotpath.shared_state against a real redis-server (LocalRedis): the gateway's GCRA script, the shared
-budget, the exact cache, and LocalRedis's lifetime."""
+budget, the OpenAI API's answer cache, and LocalRedis's lifetime."""
 
 import signal
 import subprocess
@@ -11,7 +11,7 @@ import psutil
 import pytest
 
 from hotpath.gateway.front_door import GCRA_SCRIPT
-from hotpath.shared_state.cache_key import ExactCache
+from hotpath.shared_state.cache_key import cache_key
 from hotpath.shared_state.quota import SharedBudget, rate_key, tokens_key
 from hotpath.shared_state.server import LocalRedis, ping
 from hotpath.shared_state.target import RedisTarget
@@ -53,16 +53,42 @@ def test_python_services_share_the_gateways_budget(redis):
     assert budget.take(rate_key(tenant), 5, 0) == (True, 0) and budget.take(rate_key(tenant), 5, 0) == (False, 1)
 
 
-def test_exact_cache_for_python_callers(redis):
-    cache = ExactCache(redis.target.client(), "b1", ttl_s=60)
-    assert cache.get("ns", "chat", b"req") is None
-    cache.put("ns", "chat", b"req", b"answer")
-    assert cache.get("ns", "chat", b"req") == b"answer" and cache.get("other", "chat", b"req") is None
-    assert 0 < redis.target.client().ttl(cache.key("ns", "chat", b"req")) <= 60
-    down = ExactCache(RedisTarget("127.0.0.1", redis.port + 1 if redis.port < 65535 else 1, timeout_ms=50).client(),
-                      "b1")
-    assert down.get("ns", "chat", b"req") is None   # an unreachable Redis is a miss, not an error
-    down.put("ns", "chat", b"req", b"x")
+def test_the_openai_apis_answer_cache(redis):
+    """Exact answers under hotpath.shared_state's key; semantic ones only within the threshold and the same
+    context; an unreachable Redis is a miss, not an error."""
+    import asyncio
+
+    import numpy as np
+
+    from hotpath.openai_api.answer_cache import AnswerCache
+
+    def unit(*v):
+        v = np.array(v, dtype=np.float32)
+        return v / np.linalg.norm(v)
+
+    async def run():
+        cache = AnswerCache(redis.target.client(asyncio=True), "b1", ttl_s=60, threshold=0.9)
+        assert await cache.get("ns", "chat", b"req") is None
+        await cache.put("ns", "chat", b"req", b"answer")
+        assert await cache.get("ns", "chat", b"req") == b"answer" and await cache.get("other", "chat", b"req") is None
+        assert 0 < redis.target.client().ttl(cache_key("ns", "chat", "b1", b"req")) <= 60
+        await cache.remember("ns", "chat", b"ctx", unit(1, 0, 0), b"one")
+        await cache.remember("ns", "chat", b"ctx", unit(0, 1, 0), b"two")
+        answer, score = await cache.similar("ns", "chat", b"ctx", unit(0.1, 1, 0))
+        assert answer == b"two" and 0.9 <= score < 1
+        assert await cache.similar("ns", "chat", b"ctx", unit(1, 1, 0)) is None   # cos 0.71: below 0.9
+        assert await cache.similar("ns", "chat", b"other context", unit(0, 1, 0)) is None
+        assert await cache.similar("ns2", "chat", b"ctx", unit(0, 1, 0)) is None
+        await cache.client.aclose()
+        port = redis.port + 1 if redis.port < 65535 else 1
+        down = AnswerCache(RedisTarget("127.0.0.1", port, timeout_ms=50).client(asyncio=True), "b1")
+        assert await down.get("ns", "chat", b"req") is None
+        await down.put("ns", "chat", b"req", b"x")
+        assert await down.similar("ns", "chat", b"ctx", unit(0, 1, 0)) is None
+        await down.remember("ns", "chat", b"ctx", unit(0, 1, 0), b"x")
+        await down.client.aclose()
+
+    asyncio.run(run())
 
 
 def test_local_redis_never_outlives_its_owner(tmp_path):
