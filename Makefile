@@ -11,7 +11,7 @@ help:
 	@echo "make serve   set up, build the model repository, start Triton, show a real request"
 	@echo "make test    set up, then run every tier: unit, tools (nginx, Postgres, linters) and integration (real tritonserver)"
 	@echo "make test-fast  the unit tier only: no server, no external tool, under a minute"
-	@echo "make engines export models and write config.pbtxt files (incremental)"
+	@echo "make engines build the model repository (hotpath build): exports, config.pbtxt files, TensorRT plans on GPU hosts (incremental)"
 	@echo "make perf    perf_analyzer sweeps of every endpoint -> perf/reports/perf.md (PERF_ARGS=--quick)"
 	@echo "make perf-compare  the same, side by side with the alternatives -> perf/reports/compare.md"
 	@echo "make perf-check    fail when an endpoint misses its p95 target (perf/slo.toml); refuses on a busy"
@@ -22,8 +22,9 @@ help:
 setup:
 	@bash scripts/setup.sh
 
+# `engines` is the target users type; it runs `hotpath build` (no `build` target: build/ is the specs' folder).
 engines: setup
-	@$(HOTPATH) engines
+	@$(HOTPATH) build
 
 serve: engines
 	@$(HOTPATH) serve --demo

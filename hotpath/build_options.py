@@ -37,7 +37,7 @@ class BuildOptions:
     """`[hotpath]`: the model's kind and what builds it."""
 
     kind: str
-    exporter: str = ""                   # hotpath.exporters.registry name ("": none)
+    exporter: str = ""                   # hotpath.exporters.registry name: the model's own ("": none)
     python_backend: str = ""             # python_backends/<name>/model.py (python kind; "": the model's name)
     assets: tuple[str, ...] = ()         # files copied beside model.py ("package://pkg/path" or repo-relative)
     warmup_files: dict[str, str] = field(default_factory=dict)   # name -> asset, for model_warmup input_data_file

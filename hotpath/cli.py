@@ -13,7 +13,8 @@ from hotpath.errors import HotpathError
 log = logging.getLogger(__name__)
 
 
-def cmd_engines(args: argparse.Namespace) -> int:
+def cmd_build(args: argparse.Namespace) -> int:
+    """`hotpath build` (old spelling: `hotpath engines`): the whole repository, or `--check` its TensorRT plans."""
     from hotpath.repository_build import build_repository
 
     if args.check:
@@ -21,7 +22,7 @@ def cmd_engines(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     results = build_repository(args.repository, only=args.model or None, force=args.force)
     counts = {a: sum(r.action == a for r in results) for a in ("built", "skipped", "unchanged")}
-    log.info(f"[engines] done in {time.perf_counter() - t0:.1f}s: "
+    log.info(f"[build] done in {time.perf_counter() - t0:.1f}s: "
              + ", ".join(f"{n} {a}" for a, n in counts.items() if n))
     return 0
 
@@ -262,7 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hotpath", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("engines", help="export models and write config.pbtxt files into the repository")
+    # `engines`: the old spelling (`make engines` runs `hotpath build`); it built more than engines.
+    p = sub.add_parser("build", aliases=["engines"],
+                       help="build the repository: exports, copied Python models, config.pbtxt files and, on GPU "
+                            "hosts, TensorRT plans (incremental; `engines` is the old spelling)",
+                       description="Build the model repository from the specs: export and check every model, copy "
+                                   "the Python models, write each config.pbtxt, and build TensorRT plans where "
+                                   "TensorRT and a GPU are. Incremental. `hotpath engines` is the old spelling of "
+                                   "this command and does the same.")
     p.add_argument("--repository", default=None, help="model repository (default: ./model_repository)")
     p.add_argument("--model", action="append", help="build only this model (repeatable)")
     p.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
@@ -272,7 +280,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--compute-capability", default="", help="with --check: e.g. 9.0 (default: this host's, "
                                                             "else every one the specs list)")
     p.add_argument("--tensorrt", default="", help="with --check: TensorRT version of the target runtime")
-    p.set_defaults(func=cmd_engines)
+    p.set_defaults(func=cmd_build)
 
     p = sub.add_parser("serve", help="serve the repository with a local tritonserver until Ctrl-C")
     p.add_argument("--repository", default=None)

@@ -2,7 +2,7 @@
 
 Library modules log to `logging.getLogger(__name__)` and never configure logging themselves, so a
 program that imports them decides what it sees. `configure()` shows hotpath's INFO progress lines
-("[engines] ...", "[serve] ...") as they were printed before: the message alone, INFO on stdout,
+("[build] ...", "[serve] ...") as they were printed before: the message alone, INFO on stdout,
 warnings and errors on stderr. Other libraries stay at WARNING. Stdlib only: the container's
 entry points (hotpath.server.supervise) use it too.
 """

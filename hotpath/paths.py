@@ -29,7 +29,7 @@ def python_backends_dir() -> Path:
 
 
 def model_repository() -> Path:
-    """The production-shaped Triton model repository that `hotpath engines` writes."""
+    """The production-shaped Triton model repository that `hotpath build` writes."""
     return _dir(settings.model_repository, ROOT / "model_repository")
 
 

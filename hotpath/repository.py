@@ -1,6 +1,6 @@
 """The model repository as Triton reads it: each model's config.pbtxt, and the endpoints clients call.
 
-The one parser of config.pbtxt files (hotpath.config writes them through it). Runs inside the
+The one parser of config.pbtxt files (hotpath.config_pbtxt writes them through it). Runs inside the
 production image (preflight, TensorRT start-up, the health probe), so it needs only protobuf,
 tritonclient's model_config_pb2 and the standard library.
 """

@@ -1,4 +1,5 @@
-"""`hotpath engines`: specs -> exported models, Python models and config.pbtxt in the repository.
+"""`hotpath build` (old spelling `hotpath engines`): specs -> exports, Python models, config.pbtxt files and
+TensorRT artefacts in the repository.
 
 Incremental: each version directory keeps a stamp with a fingerprint of everything its files
 depend on (weights, export code, library versions, the spec's export-relevant fields); when the
@@ -18,8 +19,9 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from hotpath import paths
-from hotpath.config import render, validate_all
+from hotpath.config_pbtxt import render, validate_all
 from hotpath.errors import BuildError
+from hotpath.exporters.base import Exporter
 from hotpath.exporters.registry import get_exporter
 from hotpath.fingerprint import fingerprint, is_fresh, write_stamp
 from hotpath.spec import ModelSpec, load_specs
@@ -54,9 +56,9 @@ def resolve_asset(ref: str, spec: ModelSpec) -> Path:
     return path
 
 
-def _io_settings(spec: ModelSpec) -> dict:
-    # Only what shapes the exported files: the hotpath table (less the TensorRT options, which shape
-    # plans, not the ONNX export) and the tensor signature.
+def _export_inputs(spec: ModelSpec) -> dict:
+    """The spec's share of an export's fingerprint: only what shapes the exported files, the [hotpath] table
+    (less the TensorRT options, which shape plans, not the ONNX export) and the tensor signature."""
     cfg = json_format.MessageToDict(spec.config, preserving_proto_field_name=True)
     hotpath = {k: v for k, v in spec.hotpath_table.items() if k != "tensorrt"}
     return {"hotpath": hotpath, "input": cfg.get("input"), "output": cfg.get("output")}
@@ -69,10 +71,11 @@ def _python_sources(spec: ModelSpec) -> tuple[Path, list[Path]]:
     return folder, sorted(folder.glob("*.py"))
 
 
-def _build_python(spec: ModelSpec, version_dir: Path, force: bool) -> tuple[str, dict]:
+def _copy_python_model(spec: ModelSpec, version_dir: Path, force: bool) -> tuple[str, dict]:
+    """A Python model's model.py (and the other .py files beside it) and its assets, copied into `version_dir`."""
     folder, code = _python_sources(spec)
     assets = [resolve_asset(ref, spec) for ref in spec.hotpath.assets]
-    digest = fingerprint(_io_settings(spec), code + assets)
+    digest = fingerprint(_export_inputs(spec), code + assets)
     present = all((version_dir / p.name).is_file() for p in code + assets)   # copies are out of git
     if not force and present and is_fresh(version_dir, digest):
         log.info(f"  skip: {', '.join(p.name for p in code + assets)} unchanged (fingerprint {digest[:12]})")
@@ -86,26 +89,35 @@ def _build_python(spec: ModelSpec, version_dir: Path, force: bool) -> tuple[str,
     return "built", {}
 
 
-def _build_onnx(spec: ModelSpec, version_dir: Path, force: bool) -> tuple[str, dict]:
+def _exporter_of(spec: ModelSpec) -> Exporter:
+    """The exporter `[hotpath] exporter` names; a SpecError naming the spec and the key when none is registered
+    under that name (an old name: the error names the new one)."""
     try:
-        exporter = get_exporter(spec.hotpath.exporter)
+        return get_exporter(spec.hotpath.exporter)
     except KeyError as exc:
         raise spec.error("hotpath.exporter", str(exc.args[0])) from None
+
+
+def _run_exporter(spec: ModelSpec, out_dir: Path, force: bool) -> tuple[str, dict]:
+    """The spec's exporter writes its files into `out_dir`: an ONNX model's version folder, or a Python
+    model's `<version>/export/` folder (any model with `[hotpath] exporter`)."""
+    exporter = _exporter_of(spec)
     sources = exporter.source_files(spec)
     missing = [str(p) for p in sources if not Path(p).is_file()]
     if missing:
         raise BuildError(f"{spec.name}: source files missing: {', '.join(missing)}")
-    digest = fingerprint({**_io_settings(spec), "versions": exporter.versions()}, sources + exporter.code_files())
-    if not force and is_fresh(version_dir, digest):
+    digest = fingerprint({**_export_inputs(spec), "versions": exporter.versions()}, sources + exporter.code_files())
+    if not force and is_fresh(out_dir, digest):
         log.info(f"  skip export: weights, export code, versions and tensor spec unchanged (fingerprint {digest[:12]})")
         return "skipped", {}
-    version_dir.mkdir(parents=True, exist_ok=True)
-    report = exporter.export(spec, version_dir, lambda m: log.info(f"  {m}"))
-    write_stamp(version_dir, digest, report.files, report.metrics)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report = exporter.export(spec, out_dir, lambda m: log.info(f"  {m}"))
+    write_stamp(out_dir, digest, report.files, report.metrics)
     return "built", report.metrics
 
 
-def _write_config(spec: ModelSpec, model_dir: Path) -> bool:
+def _write_config_pbtxt(spec: ModelSpec, model_dir: Path) -> bool:
+    """<model>/config.pbtxt rendered from the spec; False when the file already says exactly that."""
     text = render(spec)
     path = model_dir / "config.pbtxt"
     if path.exists() and path.read_text() == text:
@@ -137,7 +149,7 @@ def _write_warmup_files(spec: ModelSpec, model_dir: Path) -> bool:
     return wrote
 
 
-class _TensorRT:
+class _TensorRTStep:
     """The TensorRT step (hotpath.tensorrt.build.step), imported and set up (GPU detection) at the first spec
     with a `[hotpath.tensorrt]` table: a spec without one never enters the TensorRT code."""
 
@@ -173,37 +185,40 @@ def build_repository(repository: Path | None = None, only: list[str] | None = No
         if unknown:
             raise BuildError(f"no spec for model(s): {', '.join(sorted(unknown))}")
         specs = [s for s in specs if s.name in only]
-    log.info(f"[engines] {len(specs)} model(s) -> {repository}")
-    plans = _TensorRT()
+    for spec in specs:   # a spec naming no registered exporter fails before anything is built
+        if spec.hotpath.exporter:
+            _exporter_of(spec)
+    log.info(f"[build] {len(specs)} model(s) -> {repository}")
+    plans = _TensorRTStep()
     results = []
     for i, spec in enumerate(specs, 1):
         t0 = time.perf_counter()
-        log.info(f"[engines] ({i}/{len(specs)}) {spec.name} [{spec.kind}]")
+        log.info(f"[build] ({i}/{len(specs)}) {spec.name} [{spec.kind}]")
         model_dir = repository / spec.name
         version_dir = model_dir / VERSION
         version_dir.mkdir(parents=True, exist_ok=True)
         if spec.kind == "onnx":
-            action, metrics = _build_onnx(spec, version_dir, force)
+            action, metrics = _run_exporter(spec, version_dir, force)
             if plans.build(spec, version_dir, force) == "built":
                 action = "built"
         elif spec.kind == "python":
-            action, metrics = _build_python(spec, version_dir, force)
+            action, metrics = _copy_python_model(spec, version_dir, force)
             if spec.hotpath.exporter:
                 # Its own folder and stamp: editing model.py must not re-run a slow export.
-                exported, metrics = _build_onnx(spec, version_dir / EXPORT_DIR, force)
+                exported, metrics = _run_exporter(spec, version_dir / EXPORT_DIR, force)
                 action = "built" if "built" in (action, exported) else action
         else:
             # Triton wants a version directory for ensembles too; keep it in git.
             (version_dir / ".gitkeep").touch()
             action, metrics = "skipped", {}
-        wrote = _write_config(spec, model_dir)
+        wrote = _write_config_pbtxt(spec, model_dir)
         wrote = plans.write_files(spec, model_dir) or wrote
         wrote = _write_warmup_files(spec, model_dir) or wrote
         if action == "skipped" and not wrote:
             action = "unchanged"
         elapsed = time.perf_counter() - t0
-        log.info(f"[engines] ({i}/{len(specs)}) {spec.name}: {action} in {elapsed:.1f}s")
+        log.info(f"[build] ({i}/{len(specs)}) {spec.name}: {action} in {elapsed:.1f}s")
         results.append(StepResult(spec.name, action, elapsed, metrics))
     for stray in sorted(p.name for p in repository.iterdir() if p.is_dir() and p.name not in known):
-        log.warning(f"[engines] warning: {repository / stray} has no spec; Triton will still try to load it")
+        log.warning(f"[build] warning: {repository / stray} has no spec; Triton will still try to load it")
     return results

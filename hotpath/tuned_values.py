@@ -118,7 +118,7 @@ def with_tuned(config, knobs: dict[str, Any], log=logger.info):
 
 def link_with_config(model_dir: Path, dest: Path, config) -> None:
     """`dest`: `model_dir` with its own config.pbtxt (`config`) and every other entry a link."""
-    from hotpath.config import to_pbtxt
+    from hotpath.config_pbtxt import to_pbtxt
 
     dest.mkdir()
     (dest / "config.pbtxt").write_text(to_pbtxt(config))
@@ -144,7 +144,7 @@ def apply_to_served(served: Path, path: Path, log=logger.info) -> dict[str, dict
             entry.unlink()
             link_with_config(source, entry, config)
         else:   # a folder the start assembled (TensorRT fallback): its config may be a link into the image
-            from hotpath.config import to_pbtxt
+            from hotpath.config_pbtxt import to_pbtxt
 
             (entry / "config.pbtxt").unlink(missing_ok=True)
             (entry / "config.pbtxt").write_text(to_pbtxt(config))

@@ -3,7 +3,7 @@ in the test process: tensors, requests, responses, errors, a logger. Only what t
 real module comes with tritonserver's Python backend (backends/python/triton_python_backend_utils.py),
 whose signatures these follow.
 
-`load_adapter(name, monkeypatch)` imports python_backends/<name>/model.py (the source `hotpath engines`
+`load_adapter(name, monkeypatch)` imports python_backends/<name>/model.py (the source `hotpath build`
 copies into model_repository/<name>/<version>/) with this module as `triton_python_backend_utils`;
 `initialize_args(config, version_dir)` is the `args` dict Triton hands to initialize().
 """

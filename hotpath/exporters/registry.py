@@ -1,4 +1,7 @@
-"""The exporter registry: a spec's `[hotpath] exporter` name -> the class that builds it."""
+"""The exporter registry: a spec's `[hotpath] exporter` name -> the class that builds it.
+
+An exporter is named for the model it builds (build/<model>.toml says `exporter = "<model>"`).
+"""
 
 from __future__ import annotations
 
@@ -6,22 +9,33 @@ from hotpath.exporters.base import Exporter
 from hotpath.exporters.image_classifier import ImageClassifierExporter
 from hotpath.exporters.retrieval_index import RetrievalIndexExporter
 from hotpath.exporters.sentence_embedder import SentenceEmbedderExporter
-from hotpath.exporters.sentence_encoder import SentenceEncoderExporter
-from hotpath.exporters.smollm2 import SmolLM2Exporter
+from hotpath.exporters.sentence_encoder import TextEncoderExporter
+from hotpath.exporters.smollm2 import TextGenerationExporter
 
 EXPORTERS: dict[str, type[Exporter]] = {
-    SentenceEncoderExporter.name: SentenceEncoderExporter,
+    TextEncoderExporter.name: TextEncoderExporter,
     SentenceEmbedderExporter.name: SentenceEmbedderExporter,
     ImageClassifierExporter.name: ImageClassifierExporter,
-    SmolLM2Exporter.name: SmolLM2Exporter,
+    TextGenerationExporter.name: TextGenerationExporter,
     RetrievalIndexExporter.name: RetrievalIndexExporter,
+}
+
+# Names before the exporters were named for their models: a spec that still says one fails, naming the new one.
+RENAMED = {
+    "minilm": TextEncoderExporter.name,
+    "minilm_embedder": SentenceEmbedderExporter.name,
+    "efficientnet_lite0": ImageClassifierExporter.name,
+    "smollm2": TextGenerationExporter.name,
+    "retrieval_index": RetrievalIndexExporter.name,
 }
 
 
 def get_exporter(name: str) -> Exporter:
-    """Instantiate the exporter registered under `name`."""
+    """Instantiate the exporter registered under `name`; KeyError (its message for the spec error) if none is."""
+    if name in RENAMED:
+        raise KeyError(f"exporter '{name}' is now '{RENAMED[name]}' (exporters are named for the model they "
+                       f"build): write exporter = \"{RENAMED[name]}\"")
     try:
         return EXPORTERS[name]()
     except KeyError:
         raise KeyError(f"unknown exporter '{name}' (known: {', '.join(sorted(EXPORTERS))})") from None
-

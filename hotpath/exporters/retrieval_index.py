@@ -71,7 +71,9 @@ def split_corpus(docs: list, limit: int, queries: int, include: tuple[str, ...] 
 
 
 class RetrievalIndexExporter(Exporter):
-    name = "retrieval_index"
+    """retrieval's export/: the encoder graph, the corpus and its HNSW index."""
+
+    name = "retrieval"
 
     def source_files(self, spec: ModelSpec) -> list[Path]:
         from hotpath.exporters.sentence_encoder import minilm_dir
@@ -109,7 +111,7 @@ class RetrievalIndexExporter(Exporter):
 
         s = spec.hotpath.index
         if s is None:
-            raise spec.error("hotpath.index", "the retrieval_index exporter needs this table")
+            raise spec.error("hotpath.index", "the retrieval exporter needs this table")
         graph = version_dir / "model.onnx"
         export_pooled_encoder(graph, spec.hotpath.opset, "embedding", log)
         served = paths.model_repository() / GRAPH_OF_TEXT_EMBEDDING

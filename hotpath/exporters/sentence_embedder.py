@@ -26,7 +26,7 @@ from hotpath.exporters.base import ExportReport, Log
 from hotpath.exporters.embedding_parity import BATCH, embedding_sample, served_embeddings
 from hotpath.exporters.parity_corpus import multilingual_corpus, script_of
 from hotpath.exporters.sentence_encoder import (
-    SentenceEncoderExporter,
+    PooledMiniLMExporter,
     export_pooled_encoder,
     minilm_dir,
     minilm_tokenizer,
@@ -53,20 +53,15 @@ def token_mismatches(tokenizer, reference, texts: list[str], max_length: int) ->
             if ids[mask.astype(bool)].tolist() != list(r)]
 
 
-class SentenceEmbedderExporter(SentenceEncoderExporter):
-    name = "minilm_embedder"
+class SentenceEmbedderExporter(PooledMiniLMExporter):
+    """sentence_embedder's export/: the pooled graph, gated against sentence-transformers' pipeline."""
 
-    def code_files(self) -> list[Path]:
-        import hotpath.exporters.parity_corpus as corpus
-        import hotpath.exporters.sentence_encoder as enc
-        import hotpath.runtime.text as text
-
-        return [*super().code_files(), Path(enc.__file__), Path(corpus.__file__), Path(text.__file__)]
+    name = "sentence_embedder"
 
     def versions(self) -> dict[str, str]:
         from importlib.metadata import version
 
-        return {**super().versions(), **{p: version(p) for p in ("tokenizers", "sentence-transformers", "faker")}}
+        return {**super().versions(), "sentence-transformers": version("sentence-transformers")}
 
     def export(self, spec: ModelSpec, version_dir: Path, log: Log) -> ExportReport:
         import onnx

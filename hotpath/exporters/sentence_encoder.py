@@ -6,6 +6,9 @@ step sits between the encoder and the client.
 
 `[hotpath] precision = "int8"` (opt-in) writes the graph with dynamic INT8 MatMuls instead, gated
 against the FP32 graph on the multilingual parity corpus (`int8_encoder`).
+
+`PooledMiniLMExporter` is what the exporters of this graph share; `TextEncoderExporter` builds text_encoder,
+hotpath.exporters.sentence_embedder's exporter builds sentence_embedder.
 """
 
 from __future__ import annotations
@@ -58,8 +61,10 @@ def tokenizer_recipe(model: str = "tokenizer") -> TokenizerParameters:
     return load_spec(paths.model_specs_dir() / f"{model}.toml").parameters
 
 
-class SentenceEncoderExporter(Exporter):
-    name = "minilm"
+class PooledMiniLMExporter(Exporter):
+    """What the exporters of the pooled all-MiniLM-L6-v2 graph (`export_pooled_encoder`) share: its weights and
+    tokenizer as sources, this module and the INT8 gate's code, the libraries that shape the graph. Each
+    subclass builds one model (text_encoder, sentence_embedder) and names it."""
 
     def source_files(self, spec: ModelSpec) -> list[Path]:
         d = minilm_dir()
@@ -70,15 +75,23 @@ class SentenceEncoderExporter(Exporter):
         import hotpath.exporters.parity_corpus as corpus
         import hotpath.runtime.text as text
 
-        # The INT8 gate's inputs: the parity corpus, its sample and the served tokenization.
-        return [*super().code_files(), Path(quantize.__file__), Path(embedder.__file__), Path(corpus.__file__),
-                Path(text.__file__)]
+        # This module (the graph), and the INT8 gate's inputs: the parity corpus, its sample and the served
+        # tokenization.
+        files = [*super().code_files(), Path(__file__), Path(quantize.__file__), Path(embedder.__file__),
+                 Path(corpus.__file__), Path(text.__file__)]
+        return list(dict.fromkeys(files))
 
     def versions(self) -> dict[str, str]:
         from importlib.metadata import version
 
         # Read from metadata: importing torch just to learn its version costs seconds.
         return {pkg: version(pkg) for pkg in ("torch", "onnx", "transformers", "onnxruntime", "tokenizers", "faker")}
+
+
+class TextEncoderExporter(PooledMiniLMExporter):
+    """text_encoder: the pooled graph, checked against PyTorch (ORT parity on several batch shapes)."""
+
+    name = "text_encoder"
 
     def export(self, spec: ModelSpec, version_dir: Path, log: Log) -> ExportReport:
         import onnx

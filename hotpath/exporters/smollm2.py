@@ -70,8 +70,10 @@ def load_reference():
     return model.eval(), tokenizer
 
 
-class SmolLM2Exporter(Exporter):
-    name = "smollm2"
+class TextGenerationExporter(Exporter):
+    """text_generation's export/: SmolLM2-135M-Instruct as the float32 model directory vLLM loads."""
+
+    name = "text_generation"
 
     def source_files(self, spec: ModelSpec) -> list[Path]:
         # The engine settings ([parameters]) are checked when the spec loads (hotpath.spec: EngineSettings),

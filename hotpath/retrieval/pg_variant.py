@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from hotpath import paths
-from hotpath.config import to_pbtxt
+from hotpath.config_pbtxt import to_pbtxt
 from hotpath.repository import read_config
 
 SOURCE, VARIANT = "retrieval", "retrieval_pg"

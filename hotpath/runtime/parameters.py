@@ -2,7 +2,7 @@
 
 Triton hands a Python model its parameters as strings; `Parameters.parse` turns them into the model's
 class, refusing an unknown key or a bad value with a ParameterError naming the key. The build checks a
-spec's [parameters] table through the same class (hotpath.spec), so a typo fails `hotpath engines` naming
+spec's [parameters] table through the same class (hotpath.spec), so a typo fails `hotpath build` naming
 the spec file, and the exporters that must match the served model (tokenizer settings, threads) read the
 same object. A value the spec leaves out takes the field's default here, at build time and at load alike:
 these defaults are the only ones; the exporters never write a parameter the spec does not set.

@@ -15,7 +15,7 @@ from typing import Callable
 from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath import paths
-from hotpath.config import to_pbtxt
+from hotpath.config_pbtxt import to_pbtxt
 from hotpath.repository import Repository, read_config
 
 Log = Callable[[str], None]

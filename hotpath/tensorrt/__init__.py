@@ -1,9 +1,9 @@
 """TensorRT plans: one home, in two layers; a build calls down, never back up.
 
-- `hotpath.tensorrt.build` (toolchain, `hotpath engines`): a spec's `[hotpath.tensorrt]` table -> options
+- `hotpath.tensorrt.build` (toolchain, `hotpath build`): a spec's `[hotpath.tensorrt]` table -> options
   (`options`, checked against the tokenizers feeding the model: `feeders`), profiles, the Recipe, the plan
   config (`plan_config`), the folded ONNX (`sanitize`), INT8 calibration inputs, the engines step (`step`)
-  and `hotpath engines --check` (`audit`). Only hotpath.repository_build and the CLI enter it, and only for
+  and `hotpath build --check` (`audit`). Only hotpath.repository_build and the CLI enter it, and only for
   a spec with a `[hotpath.tensorrt]` table.
 - the core (these modules; the container runs them at start, hotpath.tensorrt.startup): what a plan is
   built from (`recipe`), what it was built for (`manifest`), whether it fits a GPU (`compat`, `device`,

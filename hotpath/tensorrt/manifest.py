@@ -1,6 +1,6 @@
 """The manifest beside each plan: what it was built from, for which GPU and TensorRT, and how.
 
-`model.sm90.plan` -> `model.sm90.plan.manifest.json`. The container and `hotpath engines --check`
+`model.sm90.plan` -> `model.sm90.plan.manifest.json`. The container and `hotpath build --check`
 compare it with a GPU and TensorRT version (hotpath.tensorrt.compat) before a plan is served.
 """
 

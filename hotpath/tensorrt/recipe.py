@@ -1,6 +1,6 @@
 """What to build for one model: precision, optimization profiles, compatibility flags, target GPUs.
 
-Written by `hotpath engines` beside the plan config (`<model>/configs/tensorrt.build.json`), so a
+Written by `hotpath build` beside the plan config (`<model>/configs/tensorrt.build.json`), so a
 container can rebuild a plan for its own GPU from the ONNX file alone, with the inputs it checks a
 rebuilt plan on (`configs/tensorrt.feeds.json`: the batches the build's own parity check uses).
 """

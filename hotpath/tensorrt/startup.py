@@ -6,7 +6,7 @@ plans rebuilt into the cache volume) and the server arguments it needs into F, o
 A model with TensorRT plans is served:
 - from a plan whose manifest fits this GPU and TensorRT version;
 - else, with `--on-incompatible rebuild` (default), from a plan rebuilt now into `<cache>/plans`,
-  once ONNX Runtime agrees with it on the inputs `hotpath engines` wrote (configs/tensorrt.feeds.json)
+  once ONNX Runtime agrees with it on the inputs `hotpath build` wrote (configs/tensorrt.feeds.json)
   within the recipe's tolerance (a plan that does not is removed);
 - else on its ONNX config, when its spec keeps an ONNX fallback;
 - else the start fails, naming the model and the reason.

@@ -16,7 +16,7 @@ def tokenizer_dir() -> Path:
     version = paths.model_repository() / ENDPOINT / "1"
     found = sorted(version.rglob("tokenizer.json")) if version.is_dir() else []
     if not found:
-        raise HotpathError(f"no tokenizer.json under {version}: run `hotpath engines --model {ENDPOINT}`")
+        raise HotpathError(f"no tokenizer.json under {version}: run `hotpath build --model {ENDPOINT}`")
     return found[0].parent
 
 

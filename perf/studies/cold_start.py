@@ -25,7 +25,7 @@ import tritonclient.grpc as grpcclient
 
 from hotpath import paths
 from hotpath.client import text_input
-from hotpath.config import to_pbtxt
+from hotpath.config_pbtxt import to_pbtxt
 from hotpath.monitoring.endpoints import Endpoint, load_endpoints
 from hotpath.perf.measure.host_load import require_quiet
 from hotpath.perf.measure.reconfigure import load_config, served_config

@@ -20,7 +20,7 @@ import onnx
 from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath import paths
-from hotpath.config import to_pbtxt
+from hotpath.config_pbtxt import to_pbtxt
 from hotpath.exporters.image_classifier import parity_batch
 from hotpath.perf.measure.perf_analyzer import perf_analyzer_binary, run_perf_analyzer
 from hotpath.runtime.ort_session import make_session

@@ -20,7 +20,7 @@ GENERATION_TEST_PARAMETERS = {"dtype": "float32", "kv_cache_mib": "64", "max_mod
 
 def generation_repository(target, built, **parameters):
     """`target` holding text_generation with its built files and its config's parameters overridden."""
-    from hotpath.config import parse_pbtxt, to_pbtxt
+    from hotpath.config_pbtxt import parse_pbtxt, to_pbtxt
 
     model = target / GENERATION
     model.mkdir(parents=True)

@@ -1,4 +1,4 @@
-"""`hotpath engines` is incremental: unchanged inputs do no export work; real changes do."""
+"""`hotpath build` is incremental: unchanged inputs do no export work; real changes do."""
 
 import logging
 import shutil

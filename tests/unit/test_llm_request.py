@@ -81,19 +81,19 @@ def test_engine_settings():
 
 
 def test_engine_settings_are_validated_at_build_time():
-    """text_generation's [parameters] (vLLM engine settings) fail `hotpath engines`, naming the key."""
-    from hotpath.exporters.smollm2 import SmolLM2Exporter
+    """text_generation's [parameters] (vLLM engine settings) fail `hotpath build`, naming the key."""
+    from hotpath.exporters.smollm2 import TextGenerationExporter
     from hotpath.spec import spec_from_dict
 
     def spec(**params):
         return spec_from_dict({"backend": "python", "parameters": params,
                                "hotpath": {"kind": "python", "python_backend": "text_generation",
-                                           "exporter": "smollm2"}}, "text_generation")
+                                           "exporter": "text_generation"}}, "text_generation")
 
-    assert SmolLM2Exporter().source_files(spec(dtype="float32", max_num_seqs=4))
+    assert TextGenerationExporter().source_files(spec(dtype="float32", max_num_seqs=4))
     for params, key in (({"dtype": "float8"}, "dtype"), ({"max_num_seqs": 0}, "max_num_seqs"),
                         ({"kv_cache_mib": "lots"}, "kv_cache_mib"), ({"enforce_eager": "maybe"}, "enforce_eager"),
                         ({"max_batch": 16}, "max_batch"),
                         ({"max_tokens_limit": 4096, "max_model_len": 2048}, "max_tokens_limit")):
         with pytest.raises(Exception, match=f"parameters.{key}"):
-            SmolLM2Exporter().source_files(spec(**params))
+            TextGenerationExporter().source_files(spec(**params))

@@ -21,19 +21,19 @@ def fresh_logging():
 def test_progress_on_stdout_warnings_on_stderr_message_only(fresh_logging, capsys):
     logs.configure()
     logs.configure()
-    logging.getLogger("hotpath.repository_build").info("[engines] (1/2) text_encoder [onnx]")
+    logging.getLogger("hotpath.repository_build").info("[build] (1/2) text_encoder [onnx]")
     logging.getLogger("hotpath.server.serve").error("[serve] tritonserver exited (1)")
     logging.getLogger("__main__").info("[gateway] gRPC 127.0.0.1:8443")   # python -m hotpath.gateway
     logging.getLogger("faiss.loader").info("Loading faiss with AVX2 support.")
     out, err = capsys.readouterr()
-    assert out == "[engines] (1/2) text_encoder [onnx]\n[gateway] gRPC 127.0.0.1:8443\n", \
+    assert out == "[build] (1/2) text_encoder [onnx]\n[gateway] gRPC 127.0.0.1:8443\n", \
         "once each, without level or logger name"
     assert err == "[serve] tritonserver exited (1)\n"
 
 
 def test_unconfigured_library_logging_prints_nothing(fresh_logging, capsys):
     logging.getLogger().handlers[:] = [h for h in logging.getLogger().handlers if not isinstance(h, logs._Console)]
-    logging.getLogger("hotpath.repository_build").info("[engines] quiet unless a main() configured logging")
+    logging.getLogger("hotpath.repository_build").info("[build] quiet unless a main() configured logging")
     assert capsys.readouterr() == ("", "")
 
 

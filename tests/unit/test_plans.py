@@ -219,8 +219,8 @@ def test_profile_below_the_tokenizer_max_length_fails_the_build():
         recipe_for(encoder, specs)
 
 
-def test_the_engines_step_checks_the_profile_against_the_tokenizer(encoder, tmp_path, monkeypatch):
-    """`hotpath engines` (write_plan_files, the --check path through recipe_for) reads the tokenizer spec
+def test_the_build_checks_the_profile_against_the_tokenizer(encoder, tmp_path, monkeypatch):
+    """`hotpath build` (write_plan_files, the --check path through recipe_for) reads the tokenizer spec
     from build/: a tuner that writes pad_to_multiple_of = 8 back makes the next build fail clearly."""
     for name in ("build", "ensembles"):
         (tmp_path / name).mkdir()
@@ -322,7 +322,7 @@ def test_check_against_a_named_gpu(tmp_path):
     enc_repo = tmp_path / "repo"
     (enc_repo / "text_encoder" / "1").mkdir(parents=True)
     write_manifest(manifest, enc_repo / "text_encoder" / "1")
-    run = _hotpath("engines", "--check", "--model", "text_encoder", "--repository", str(enc_repo),
+    run = _hotpath("build", "--check", "--model", "text_encoder", "--repository", str(enc_repo),
                    "--gpu", "NVIDIA H100 80GB HBM3", "--compute-capability", "9.0", "--tensorrt", "10.5.0")
     assert run.returncode == 1
     assert "configs/tensorrt.build.json differs from the spec" in run.stdout

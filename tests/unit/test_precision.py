@@ -8,8 +8,8 @@ import pytest
 from hotpath import paths
 from hotpath.errors import BuildError, SpecError
 from hotpath.exporters import quantize
-from hotpath.exporters.sentence_encoder import SentenceEncoderExporter
-from hotpath.repository_build import _io_settings
+from hotpath.exporters.sentence_encoder import TextEncoderExporter
+from hotpath.repository_build import _export_inputs
 from hotpath.spec import load_spec, spec_from_dict
 
 CLASSIFIER = load_spec(paths.model_specs_dir() / "image_classifier.toml")
@@ -48,14 +48,14 @@ def test_a_floor_out_of_range_or_not_a_number_is_a_spec_error_at_load(value):
 def test_int8_encoder_with_tensorrt_plans_is_refused(tmp_path):
     # TensorRT builds plans from model.onnx and cannot parse ONNX Runtime's dynamic-quantization ops.
     with pytest.raises(SpecError, match="hotpath.precision.*TensorRT"):
-        SentenceEncoderExporter().export(with_hotpath(ENCODER, precision="int8"), tmp_path, print)
+        TextEncoderExporter().export(with_hotpath(ENCODER, precision="int8"), tmp_path, print)
     assert not list(tmp_path.iterdir())
 
 
 def test_precision_and_floors_are_part_of_the_export_fingerprint():
-    fp32 = _io_settings(with_hotpath(CLASSIFIER, precision="fp32"))
-    assert fp32 != _io_settings(with_hotpath(CLASSIFIER, precision="int8"))
-    assert fp32 != _io_settings(with_hotpath(CLASSIFIER, precision="fp32", int8_min_top1_agreement=0.9))
+    fp32 = _export_inputs(with_hotpath(CLASSIFIER, precision="fp32"))
+    assert fp32 != _export_inputs(with_hotpath(CLASSIFIER, precision="int8"))
+    assert fp32 != _export_inputs(with_hotpath(CLASSIFIER, precision="fp32", int8_min_top1_agreement=0.9))
 
 
 def test_embedding_gate_names_the_model_the_floor_and_the_figures():

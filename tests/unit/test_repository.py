@@ -6,7 +6,7 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath import paths
-from hotpath.config import render, to_pbtxt, validate_all
+from hotpath.config_pbtxt import render, to_pbtxt, validate_all
 from hotpath.errors import HotpathError
 from hotpath.repository import ConfigError, Input, Repository, read_config
 from hotpath.spec import spec_from_dict
@@ -21,7 +21,7 @@ def _python(name: str, inp: str, out: str, **fields) -> dict:
 
 
 def _write_repository(root, cached: bool = True):
-    """A repository written the way `hotpath engines` writes one: specs -> validated configs -> render."""
+    """A repository written the way `hotpath build` writes one: specs -> validated configs -> render."""
     tables = {
         "a": _python("a", "X", "Y", instance_group=[{"kind": "KIND_CPU", "count": 3}]),
         "b": _python("b", "Y", "Z", instance_group=[{"kind": "KIND_CPU", "count": 2}, {"kind": "KIND_CPU", "count": 1}]),

@@ -87,7 +87,7 @@ def test_config_with_redis_has_the_cache_filters_and_the_status_server(tmp_path)
 def test_a_store_endpoint_is_cached_with_a_version_and_its_reads_only():
     """retrieval (an OP input: writes) is cacheable as a store whatever its response_cache; its version key
     and the write input reach front_door.lua."""
-    from hotpath.config import parse_pbtxt
+    from hotpath.config_pbtxt import parse_pbtxt
     from hotpath.gateway.front_door import _public, front_door_json
 
     config = parse_pbtxt('name: "retrieval" max_batch_size: 8 '

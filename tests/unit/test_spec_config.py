@@ -6,7 +6,7 @@ import tomllib
 import pytest
 
 from hotpath import paths
-from hotpath.config import render, to_pbtxt, validate, validate_all
+from hotpath.config_pbtxt import render, to_pbtxt, validate, validate_all
 from hotpath.errors import SpecError
 from hotpath.repository import parse_pbtxt
 from hotpath.spec import load_specs, spec_from_dict
@@ -75,7 +75,7 @@ BAD_SPECS = [
         | {"input_data_file": "ids.bin"}), "model_warmup[0].inputs.input_ids.input_data_file"),
     ("no backend", lambda d: d.pop("backend"), "backend"),
     ("unknown kind", lambda d: d["hotpath"].update(kind="tensorflow"), "hotpath.kind"),
-    ("unknown hotpath key", lambda d: d["hotpath"].update(exportr="minilm"), "hotpath.exportr"),
+    ("unknown hotpath key", lambda d: d["hotpath"].update(exportr="text_encoder"), "hotpath.exportr"),
     ("name differs from file", lambda d: d.update(name="encoder2"), "name"),
 ]
 

@@ -12,7 +12,7 @@ from tests.unit.test_layout import import_graph
 BUILD = "hotpath.tensorrt.build"
 ENTRY_POINTS = ("hotpath.repository_build", "hotpath.cli")   # the only modules that enter the build layer
 # Above the core: the build layer, the specs and their settings, the repository build and the CLI.
-ABOVE_CORE = (BUILD, "hotpath.spec", "hotpath.build_options", "hotpath.config", "hotpath.exporters", *ENTRY_POINTS)
+ABOVE_CORE = (BUILD, "hotpath.spec", "hotpath.build_options", "hotpath.config_pbtxt", "hotpath.exporters", *ENTRY_POINTS)
 
 
 def _in(module: str, prefixes) -> bool:
@@ -55,7 +55,7 @@ def no_tensorrt(monkeypatch):
     for name in [m for m in sys.modules if _in(m, ("hotpath.tensorrt",))]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "hotpath.tensorrt", None)
-    monkeypatch.setattr(repository_build, "_build_onnx", lambda spec, version_dir, force: ("skipped", {}))
+    monkeypatch.setattr(repository_build, "_run_exporter", lambda spec, out_dir, force: ("skipped", {}))
 
 
 def test_a_spec_without_a_tensorrt_table_never_enters_the_tensorrt_code(no_tensorrt, tmp_path):

@@ -9,7 +9,7 @@ from typing import Any
 import tomlkit
 
 from hotpath import paths
-from hotpath.config import validate
+from hotpath.config_pbtxt import validate
 from hotpath.knobs import write_knobs
 from hotpath.spec import spec_from_dict
 

@@ -1,7 +1,7 @@
 """text_generation's engine settings, read from the model config's parameters (build/text_generation.toml).
 
 Every key is checked (unknown keys, wrong types, out-of-range values are errors naming the key), at build
-time by the exporter (`hotpath engines` fails on a bad spec) and again when the model loads. Standard
+time by the exporter (`hotpath build` fails on a bad spec) and again when the model loads. Standard
 library only: this runs in the Triton stub, in the build and (as JSON) in the engine process.
 """
 

@@ -1,4 +1,4 @@
-"""`hotpath engines --check`: which plans are missing, stale or incompatible, per model and target GPU."""
+"""`hotpath build --check`: which plans are missing, stale or incompatible, per model and target GPU."""
 
 from __future__ import annotations
 
@@ -43,10 +43,10 @@ def check_plans(repository: Path, specs: list[ModelSpec], target: Target) -> lis
 
 
 def format_report(statuses: list[PlanStatus], target: Target) -> str:
-    head = f"[engines --check] target: {target.describe() if target.compute_capability else 'every listed GPU'}"
+    head = f"[build --check] target: {target.describe() if target.compute_capability else 'every listed GPU'}"
     if not target.compute_capability and target.tensorrt_version:
         head += f", TensorRT {target.tensorrt_version}"
     lines = [head] + [f"  {s.line()}" for s in statuses]
     bad = [s for s in statuses if not s.ok]
-    lines.append(f"[engines --check] {len(statuses) - len(bad)} ok, {len(bad)} missing, stale or incompatible")
+    lines.append(f"[build --check] {len(statuses) - len(bad)} ok, {len(bad)} missing, stale or incompatible")
     return "\n".join(lines)

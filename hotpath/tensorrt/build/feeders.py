@@ -5,7 +5,7 @@ takes any length), so `[hotpath.tensorrt] sequence_length` is checked at build t
 ensemble step that feeds the model from a tokenizer: one whose parameters are a tokenizer recipe
 (hotpath.runtime.parameters.TokenizerParameters: truncation at `max_length`; `pad_to_multiple_of` 0: no
 rounding, so one token is possible). The tuner may rewrite `pad_to_multiple_of` (hotpath.knobs);
-`hotpath engines` then re-checks.
+`hotpath build` then re-checks.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The TensorRT part of `hotpath engines`: plan config and recipe always; plans where TensorRT and a GPU are.
+"""The TensorRT part of `hotpath build`: plan config and recipe always; plans where TensorRT and a GPU are.
 
 Per model with `[hotpath.tensorrt]`: write `configs/tensorrt.pbtxt` (naming the plans built),
 `configs/tensorrt.build.json` and `configs/tensorrt.feeds.json` (the parity inputs, on which the
@@ -13,7 +13,7 @@ import logging
 from pathlib import Path
 
 from hotpath import paths
-from hotpath.config import HEADER, to_pbtxt
+from hotpath.config_pbtxt import HEADER, to_pbtxt
 from hotpath.errors import BuildError
 from hotpath.spec import ModelSpec
 from hotpath.tensorrt import builder, device, parity
@@ -80,8 +80,8 @@ class PlanStep:
 
     def _tell_once(self) -> None:
         if not self._told:
-            log.info(f"[engines] TensorRT plans skipped: {self.unavailable}; building the ONNX repository "
-                     f"(`hotpath engines --check` lists the plans each GPU needs)")
+            log.info(f"[build] TensorRT plans skipped: {self.unavailable}; building the ONNX repository "
+                     f"(`hotpath build --check` lists the plans each GPU needs)")
             self._told = True
 
     def build(self, spec: ModelSpec, version_dir: Path, force: bool = False) -> str:
