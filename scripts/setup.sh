@@ -14,6 +14,14 @@ for pkg in "${APT_PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+# Node.js >= 20 with npm: node-llama-cpp (llama.cpp, the anchor of text_generation's precision gate in the
+# build: hotpath/exporters/node_llama_cpp.py). Debian 12's nodejs is 18, too old: the machine's own is used.
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [ "$node_major" -lt 20 ] || ! command -v npm >/dev/null; then
+  echo "[setup] Node.js >= 20 with npm is needed (text_generation's precision gate runs llama.cpp through" \
+       "node-llama-cpp); found: $(node --version 2>/dev/null || echo none). Install it (e.g. NodeSource's nodejs 20)." >&2
+  exit 1
+fi
 # apt's package lists are also the retrieval endpoint's corpus (`apt-cache dumpavail`): images often ship
 # without them.
 if ((${#missing[@]})) || ! compgen -G "/var/lib/apt/lists/*_Packages*" >/dev/null; then
