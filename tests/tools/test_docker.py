@@ -117,9 +117,8 @@ IMAGE_PYTHON = ["--python-version", "3.10", "--implementation", "cp", "--abi", "
 def test_the_images_requirements_resolve_for_its_python(tmp_path):
     """What `pip install -r docker/requirements*.txt` does in the image, resolved here: binary wheels for
     CPython 3.10 on glibc 2.35 x86_64, dependencies included (a pin with no such wheel fails the build)."""
-    files = sorted((paths.ROOT / "docker").glob("requirements*.txt"))
-    assert len(files) == 3 and VLLM_REQUIREMENTS in files
-    files.remove(VLLM_REQUIREMENTS)
+    files = sorted((paths.ROOT / "docker").glob("requirements*.txt"))   # the vLLM venv's (3.12) lives apart
+    assert len(files) == 2 and VLLM_REQUIREMENTS not in files
     cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--only-binary=:all:",
            *IMAGE_PYTHON, "--target", str(tmp_path), *[a for f in files for a in ("-r", str(f))]]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -140,7 +139,7 @@ def test_the_code_the_image_runs_is_python_310():
 
 # text_generation's engine venv in the image (docker/Dockerfile's VLLM_SUPPORT step): CPython 3.12 from uv, on the
 # image's glibc 2.35; its wheels (nvidia-* included) are tagged anywhere from manylinux_2_17 to 2_35.
-VLLM_REQUIREMENTS = paths.ROOT / "docker" / "requirements-vllm-cuda.txt"
+VLLM_REQUIREMENTS = paths.ROOT / "docker" / "vllm-cuda" / "requirements-py312.txt"
 VLLM_PYTHON = ["--python-version", "3.12", "--implementation", "cp", "--abi", "cp312", "--abi", "abi3", "--abi", "none",
                *[a for m in range(35, 16, -1) for a in ("--platform", f"manylinux_2_{m}_x86_64")],
                "--platform", "manylinux2014_x86_64"]
@@ -165,9 +164,9 @@ def test_the_vllm_venv_resolves_for_its_python_and_is_pinned_whole(tmp_path):
 
 
 def test_the_image_points_the_stub_at_the_vllm_venv():
-    """The Dockerfile creates /opt/vllm-venv from requirements-vllm-cuda.txt and HOTPATH_VLLM_PYTHON names its
+    """The Dockerfile creates /opt/vllm-venv from vllm-cuda/requirements-py312.txt and HOTPATH_VLLM_PYTHON names its
     interpreter (hotpath.runtime.llm.settings.engine_python reads it)."""
     text = DOCKERFILE.read_text()
     assert re.search(r"^ENV HOTPATH_VLLM_PYTHON=/opt/vllm-venv/bin/python$", text, re.M)
-    assert re.search(r"^COPY docker/requirements-vllm-cuda\.txt \./$", text, re.M)
-    assert "uv venv" in text and "/opt/vllm-venv" in text and "-r requirements-vllm-cuda.txt" in text
+    assert re.search(r"^COPY docker/vllm-cuda/requirements-py312\.txt \./requirements-vllm-py312\.txt$", text, re.M)
+    assert "uv venv" in text and "/opt/vllm-venv" in text and "-r requirements-vllm-py312.txt" in text
