@@ -70,8 +70,6 @@ def test_engine_settings():
     s = from_parameters({"dtype": "auto", "max_num_seqs": "8", "enable_prefix_caching": "false", "restart": "1",
                          "hotpath.restarted_at": "1764800000.5"})   # the watchdog's reload marker
     assert s.max_num_seqs == 8 and s.enable_prefix_caching is False and s.kv_cache_mib == EngineSettings.kv_cache_mib
-    assert s.resolved_dtype({"avx2", "amx_bf16"}) == "bfloat16" and s.resolved_dtype({"avx2", "avx512f"}) == "float32"
-    assert from_parameters({"dtype": "bfloat16"}).resolved_dtype(set()) == "bfloat16"   # the spec wins
     with pytest.raises(SettingsError, match="parameters.max_batch: unknown engine setting"):
         from_parameters({"max_batch": "16"})
     with pytest.raises(SettingsError, match="default_max_tokens: exceeds max_tokens_limit"):
