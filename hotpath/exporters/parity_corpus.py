@@ -70,7 +70,8 @@ def _unicode_texts(count: int, seed: int) -> list[str]:
 
 
 def multilingual_corpus(per_locale: int = 24, random_strings: int = 2000, seed: int = 0) -> list[str]:
-    """Edge cases + Faker texts in every locale + random strings over all of Unicode (~5,000 texts)."""
+    """Edge cases + Faker texts in every locale + random strings over all of Unicode
+    (size in perf/reports/exact_embedding.md)."""
     return EDGE_CASES + _faker_texts(per_locale, seed) + _unicode_texts(random_strings, seed)
 
 

@@ -3,7 +3,8 @@ reference pipeline (sentence-transformers: its tokenizer, the encoder, mean pool
 
 The served model tokenizes with HF `tokenizers` on the model's own tokenizer.json (the tokenizer
 sentence-transformers uses) and runs this graph; the build checks both halves on the multilingual
-parity corpus (hotpath.exporters.parity_corpus, ~5,000 texts in every script):
+parity corpus (hotpath.exporters.parity_corpus: thousands of texts in every script, counted in
+perf/reports/exact_embedding.md):
 - token ids of the served tokenizer settings equal the reference's on every text (any mismatch fails);
 - served embeddings (batched and padded as served) against SentenceTransformer.encode on a sample of
   the corpus that includes every edge case: cosine >= `parity_min_cosine` on every text.

@@ -31,7 +31,7 @@ Inference calls are admitted by front_door.lua (hotpath.gateway.front_door): at 
 calls and `max_work` items per replica, each tenant held to its weighted share while others are active.
 Streams have their own cap (limit_conn counts a call from its header until its response ends; under
 HTTP/2 each concurrent stream counts as a connection): a stream lasts seconds, and would hold a slot
-sized for a ~20 ms call. A gRPC stream counts once, however many requests it carries.
+sized for a call of milliseconds. A gRPC stream counts once, however many requests it carries.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """One encoder batch on a small host: all cores on one text at low load, one core per half at high load.
 
-ONNX Runtime's intra-op threads speed one small batch up far less than they multiply cores (measured
-on this project's 2-core hosts, all-MiniLM-L6-v2: 1 text 9.1 -> 7.9 ms with 2 threads; 8 texts 81 ->
-49 ms), and a batch padded to its longest text wastes the rest. So a batch of `split_from` texts or
+ONNX Runtime's intra-op threads speed one small batch up far less than they multiply cores (figures in
+perf/reports/fixed_cost.md), and a batch padded to its longest text wastes the rest. So a batch of `split_from` texts or
 more is sorted by length and cut into one part per core, each padded only to its own longest text and
 run at the same time on its own single-thread session (ORT releases the GIL while it runs); a smaller
 batch runs on one session using every thread. The result is the same as one padded run: attention

@@ -6,6 +6,7 @@ Redis killed and restarted costs misses, never errors."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -32,19 +33,24 @@ def redis():
         yield server
 
 
-def _pair(triton, redis):
+@contextlib.contextmanager
+def _replicas(triton, redis):
+    """Two OpenAI API replicas on one Triton, sharing one Redis."""
     env = {**os.environ, "HOTPATH_REDIS_URL": f"redis://127.0.0.1:{redis.port}/0?timeout_ms=1000"}
-    return [OpenAIServer(triton.grpc_url, free_ports(1)[0], triton.repository, env=env) for _ in range(2)]
+    servers = [OpenAIServer(triton.grpc_url, free_ports(1)[0], triton.repository, env=env) for _ in range(2)]
+    try:
+        for s in servers:
+            s.start()
+        yield servers
+    finally:
+        for s in servers:
+            s.stop()
 
 
 @pytest.fixture(scope="module")
 def apis(triton, redis):
-    servers = _pair(triton, redis)
-    for s in servers:
-        s.start()
-    yield servers
-    for s in servers:
-        s.stop()
+    with _replicas(triton, redis) as servers:
+        yield servers
 
 
 @pytest.fixture(scope="module")
@@ -65,12 +71,8 @@ def chat_triton(built_repository, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def chat_apis(chat_triton, redis):
-    servers = _pair(chat_triton, redis)
-    for s in servers:
-        s.start()
-    yield servers
-    for s in servers:
-        s.stop()
+    with _replicas(chat_triton, redis) as servers:
+        yield servers
 
 
 def _post(api, path: str, body: dict, headers: dict | None = None) -> tuple[int, dict, bytes]:
