@@ -349,12 +349,9 @@ def host_precision() -> tuple[str, str]:
                 ("fp32", f"GPU compute capability {major}.x has no bf16")
     except ImportError:
         pass
-    try:
-        flags = set(next(line for line in Path("/proc/cpuinfo").read_text().splitlines()
-                         if line.startswith("flags")).split(":", 1)[1].split())
-    except (OSError, StopIteration):
-        flags = set()
-    native = sorted(flags & {"avx512_bf16", "amx_bf16"})
+    from hotpath.runtime.llm.settings import BF16_FLAGS, cpu_feature_flags
+
+    native = sorted(cpu_feature_flags() & set(BF16_FLAGS))
     if native:
         return "bf16", f"CPU has {', '.join(native)}"
     return "fp32", "CPU has no avx512_bf16/amx_bf16: bf16 would be emulated"

@@ -21,7 +21,8 @@ from pathlib import Path
 from hotpath.errors import BuildError
 from hotpath.exporters.base import Exporter, ExportReport, Log
 from hotpath.exporters.llm_gguf import GGUF_FILE, GGUF_PACKAGE, gguf_path, load_reference  # noqa: F401 (re-exported)
-from hotpath.runtime.llm.settings import BF16_FLAGS, EngineSettings, cpu_feature_flags, engine_python
+from hotpath.runtime.llm.engine_client import engine_device
+from hotpath.runtime.llm.settings import EngineSettings, cpu_feature_flags, engine_python
 from hotpath.spec import ModelSpec
 
 PARITY_PROMPTS = [
@@ -97,16 +98,10 @@ class TextGenerationExporter(Exporter):
         return ExportReport(files=files, metrics={"safetensors_bytes": size, "dtype": "float32"})
 
 
-def served_dtype(settings: EngineSettings, cpu_flags: set[str] | None = None) -> tuple[str, str]:
+def served_dtype(settings: EngineSettings, cpu_flags: set[str] | None = None,
+                 device: str | None = None) -> tuple[str, str]:
     """(dtype, why): the dtype python_backends/text_generation serves with on this host, and why."""
-    flags = cpu_feature_flags() if cpu_flags is None else cpu_flags
-    dtype = settings.resolved_dtype(flags)
-    if settings.dtype != "auto":
-        return dtype, "set in the spec's [parameters] dtype"
-    native = [f for f in BF16_FLAGS if f in flags]
-    if native:
-        return dtype, f"this CPU has {'/'.join(native)}: bf16 is native"
-    return dtype, f"this CPU has no {'/'.join(BF16_FLAGS)}: bf16 would be emulated"
+    return settings.resolved_dtype(device or engine_device(), cpu_feature_flags() if cpu_flags is None else cpu_flags)
 
 
 def _check_weights(folder: Path, model) -> None:

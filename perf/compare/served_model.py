@@ -39,4 +39,4 @@ def served_dtype() -> str:
     from hotpath.spec import load_spec
 
     spec = load_spec(paths.model_specs_dir() / f"{ENDPOINT}.toml")
-    return from_parameters({k: v.string_value for k, v in spec.config.parameters.items()}).resolved_dtype()
+    return from_parameters({k: v.string_value for k, v in spec.config.parameters.items()}).resolved_dtype()[0]

@@ -30,10 +30,10 @@ import triton_python_backend_utils as pb_utils
 
 from hotpath.runtime.backend_args import parameters, version_dir
 from hotpath.runtime.lifetime import exit_with_server
-from hotpath.runtime.llm.engine_client import EngineClient, EngineGone, engine_environment
+from hotpath.runtime.llm.engine_client import EngineClient, EngineGone, engine_device, engine_environment
 from hotpath.runtime.llm.metrics import EngineMetrics
 from hotpath.runtime.llm.request import INPUTS, InputError, parse_request
-from hotpath.runtime.llm.settings import cpu_feature_flags, engine_python, from_parameters
+from hotpath.runtime.llm.settings import engine_python, from_parameters
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 WATCH_S = 0.5            # unload watcher and cancellation poll period
@@ -131,20 +131,17 @@ class TritonPythonModel:
         except ValueError as exc:
             raise pb_utils.TritonModelException(f"text_generation: {exc}") from None
         s = self.settings
-        dtype = s.resolved_dtype()
-        flags = cpu_feature_flags()
-        why = "set in the spec" if s.dtype != "auto" else (
-            "this CPU has native bf16 (avx512_bf16/amx)" if dtype == "bfloat16" else
-            "this CPU has no native bf16 (it would be emulated)")
-        pb_utils.Logger.log_info(f"text_generation: vLLM dtype {dtype} ({why}; avx512f "
-                                 f"{'yes' if 'avx512f' in flags else 'no'}), max_model_len {s.max_model_len}, "
+        device = engine_device()
+        dtype, why = s.resolved_dtype(device)
+        pb_utils.Logger.log_info(f"text_generation: vLLM on {device}, dtype {dtype} ({why}), "
+                                 f"max_model_len {s.max_model_len}, "
                                  f"max_num_seqs {s.max_num_seqs}, KV {s.kv_cache_mib} MiB, prefix caching "
                                  f"{s.enable_prefix_caching}, CPUs {s.cpu_list()}")
         engine_settings = {**s.as_dict(), "dtype": dtype, "model": str(version_dir(args) / "export")}
         self.streams = {}
         self.lock = threading.Lock()
         self.metrics = None
-        self.engine = EngineClient(engine_python(s, ROOT), engine_settings, engine_environment(s.cpu_list()),
+        self.engine = EngineClient(engine_python(s, ROOT), engine_settings, engine_environment(s.cpu_list(), device),
                                    on_stats=self._stats, log=pb_utils.Logger.log_warn)
         try:
             ready = self.engine.wait_ready(s.ready_timeout_s)

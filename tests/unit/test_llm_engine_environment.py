@@ -57,3 +57,19 @@ def test_engine_device(tmp_path):
     assert engine_device({"CUDA_VISIBLE_DEVICES": ""}, str(gpus)) == "cpu"         # all hidden
     assert engine_device({"CUDA_VISIBLE_DEVICES": "-1"}, str(gpus)) == "cpu"
     assert engine_device({"CUDA_VISIBLE_DEVICES": "0"}, str(gpus)) == "cuda"
+
+
+@pytest.mark.parametrize("dtype, device, flags, expected, why", [
+    ("auto", "cpu", {"avx2", "avx512f"}, "float32", "bf16 would be emulated"),
+    ("auto", "cpu", {"avx2", "amx_bf16"}, "bfloat16", "amx_bf16: bf16 is native"),
+    # On a GPU the CPU's flags say nothing: an AMX host serving on a T4 (no bf16) must not ask for bf16.
+    ("auto", "cuda", {"amx_bf16"}, "auto", "vLLM's auto"),
+    ("auto", "cuda", set(), "auto", "vLLM's auto"),
+    ("bfloat16", "cpu", set(), "bfloat16", "set in the spec"),
+    ("float32", "cuda", {"amx_bf16"}, "float32", "set in the spec"),
+])
+def test_the_served_dtype_follows_the_engines_device(dtype, device, flags, expected, why):
+    from hotpath.runtime.llm.settings import from_parameters
+
+    got, reason = from_parameters({"dtype": dtype}).resolved_dtype(device, flags)
+    assert got == expected and why in reason, (got, reason)

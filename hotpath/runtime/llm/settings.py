@@ -28,7 +28,7 @@ class SettingsError(ValueError):
 
 @dataclass(frozen=True)
 class EngineSettings:
-    dtype: str = "auto"               # auto: bfloat16 where the CPU has it natively, else float32
+    dtype: str = "auto"               # auto: on CPU bfloat16 where native, else float32; on GPU vLLM's choice
     max_model_len: int = 2048         # tokens per sequence, prompt + generated
     max_num_seqs: int = 16            # sequences decoded together; beyond, requests wait in vLLM's queue
     max_queue: int = 32               # requests waiting beyond max_num_seqs; more are refused (UNAVAILABLE)
@@ -36,7 +36,7 @@ class EngineSettings:
     block_size: int = 128             # tokens per KV block (vLLM's CPU default; its kernel takes multiples of 32):
                                       # the prefix cache reuses whole blocks only
     enable_prefix_caching: bool = True
-    enforce_eager: bool = True        # no torch.compile: load ~38 s instead of 77-96 s, same speed
+    enforce_eager: bool = True        # no torch.compile: its cache is not reused, so each load would pay it
     omp_threads_bind: str = "all"     # vLLM's VLLM_CPU_OMP_THREADS_BIND; "all": every CPU this process may use
     default_max_tokens: int = 128     # when sampling_parameters has no max_tokens
     max_tokens_limit: int = 512       # larger max_tokens are refused (INVALID_ARGUMENT)
@@ -44,11 +44,19 @@ class EngineSettings:
     engine_python: str = ".venv-vllm/bin/python"   # the vLLM environment's interpreter (relative: to the repo)
     ready_timeout_s: int = 600
 
-    def resolved_dtype(self, cpu_flags: set[str] | None = None) -> str:
+    def resolved_dtype(self, device: str = "cpu", cpu_flags: set[str] | None = None) -> tuple[str, str]:
+        """(the dtype vLLM gets, why) for an engine on `device` ("cpu" | "cuda", engine_client.engine_device)."""
         if self.dtype != "auto":
-            return self.dtype
+            return self.dtype, "set in the spec's [parameters] dtype"
+        if device != "cpu":
+            # The CPU's flags say nothing of a GPU: vLLM's own "auto" takes the model's bf16 where the GPU
+            # computes it (compute capability >= 8.0) and float16 below, as the field serves it.
+            return "auto", "on GPU: vLLM's auto (the model's bfloat16 where compute capability >= 8.0, else float16)"
         flags = cpu_flags if cpu_flags is not None else cpu_feature_flags()
-        return "bfloat16" if any(f in flags for f in BF16_FLAGS) else "float32"
+        native = [f for f in BF16_FLAGS if f in flags]
+        if native:
+            return "bfloat16", f"this CPU has {'/'.join(native)}: bf16 is native"
+        return "float32", f"this CPU has no {'/'.join(BF16_FLAGS)}: bf16 would be emulated"
 
     def cpu_list(self) -> str:
         if self.omp_threads_bind != "all":
