@@ -5,8 +5,9 @@ Request tensors (all [1]): `messages` (chat: JSON list of {"role", "content"}, r
 own chat template inside the model) or `text_input` (completions: the raw prompt), `stream`,
 `exclude_input_in_output` (always true: the answer alone), `return_finish_reason`,
 `return_num_input_tokens`, `return_num_output_tokens` (true: usage and finish_reason come from the
-engine), `sampling_parameters` (JSON: max_tokens, temperature, top_p, seed, stop; only fields the
-request set). Responses: `text_output` (a delta per response when streaming, the whole text otherwise),
+engine), `sampling_parameters` (JSON: max_tokens, temperature, top_p, seed, stop, and
+structured_outputs for a response_format other than text, as JSON text the way Triton's vLLM backend
+takes it; only fields the request set). Responses: `text_output` (a delta per response when streaming, the whole text otherwise),
 `finish_reason` (stop | length | cancelled), `num_input_tokens`, `num_output_tokens`.
 """
 
@@ -45,6 +46,9 @@ def sampling_parameters(request: ChatCompletionRequest | CompletionRequest) -> d
     params = {k: v for k, v in params.items() if v is not None}
     if request.stops:
         params["stop"] = request.stops
+    structured = request.response_format and request.response_format.structured_outputs()
+    if structured:
+        params["structured_outputs"] = json.dumps(structured, ensure_ascii=False)
     return params
 
 

@@ -2,17 +2,21 @@
 
 Every field the OpenAI API defines for a route is either honoured or refused with 400 naming it
 (`param`): an unknown field, and a known one the engine cannot honour (n > 1, logprobs, tools,
-response_format, logit_bias, penalties, ...), never pass silently. A refused field may still be sent
+logit_bias, penalties, ...), never pass silently. A refused field may still be sent
 with the value that asks for nothing (n = 1, logprobs = false, a zero penalty): clients and frameworks
 send those defaults. Numbers are bounded here, before any tensor is built: no int reaches a tensor
-type it does not fit, no NaN or infinity reaches the sampler.
+type it does not fit, no NaN or infinity reaches the sampler. `response_format` (text, json_object,
+json_schema) is honoured: the engine constrains its output (text_generation's `structured_outputs`), with
+the schema bounded here as the engine bounds it (hotpath.runtime.llm.request.check_constraint).
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
+
+from hotpath.runtime.llm.request import InputError, check_constraint
 
 # OpenAI's own limit of inputs per embeddings request; the API sends them to Triton in chunks of the
 # endpoint's max_batch_size (hotpath.openai_api.triton).
@@ -72,6 +76,47 @@ class Message(Strict):
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
 
 
+class JSONSchema(Strict):
+    """response_format.json_schema: OpenAI's shape; `strict` is accepted either way (the output is always
+    held to the schema)."""
+
+    name: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    description: StrictStr | None = None
+    schema_: dict = Field(alias="schema")
+    strict: StrictBool | None = None
+
+    @field_validator("schema_")
+    @classmethod
+    def _bounded(cls, value):
+        try:
+            check_constraint("json", value, "the schema")
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+
+class ResponseFormat(Strict):
+    """{"type": "text"} (no constraint), {"type": "json_object"} (any JSON object), or
+    {"type": "json_schema", "json_schema": {"name", "schema", "description"?, "strict"?}}."""
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JSONSchema | None = None
+
+    @model_validator(mode="after")
+    def _schema_iff_json_schema(self):
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError("'json_schema' is required with type 'json_schema' and allowed with no other type")
+        return self
+
+    def structured_outputs(self) -> dict | None:
+        """text_generation's sampling_parameters.structured_outputs for this format (None: unconstrained)."""
+        if self.type == "json_object":
+            return {"json_object": True}
+        if self.type == "json_schema":
+            return {"json": self.json_schema.schema_}
+        return None
+
+
 Stop = StrictStr | Annotated[list[StrictStr], Field(max_length=MAX_STOP)] | None
 Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
@@ -97,6 +142,7 @@ class Sampling(Strict):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     best_of: StrictInt | None = None
+    response_format: ResponseFormat | None = None   # completions too: vLLM's extension
 
     @field_validator("stop")
     @classmethod
@@ -122,7 +168,6 @@ class ChatCompletionRequest(Sampling):
     tool_choice: StrictStr | dict | None = None
     functions: list | None = None
     function_call: StrictStr | dict | None = None
-    response_format: dict | None = None
     parallel_tool_calls: StrictBool | None = None
     modalities: list | None = None
     audio: dict | None = None
@@ -155,7 +200,7 @@ _NOTHING = (None,)
 _SAMPLING_REFUSED = dict(n=(None, 1), logprobs=(None, False, 0), top_logprobs=(None, 0), logit_bias=(None, {}),
                          presence_penalty=(None, 0, 0.0), frequency_penalty=(None, 0, 0.0), best_of=(None, 1))
 CHAT_REFUSED = Unsupported(**_SAMPLING_REFUSED, tools=(None, []), tool_choice=(None, "none"), functions=(None, []),
-                           function_call=(None, "none"), response_format=(None, {"type": "text"}),
+                           function_call=(None, "none"),
                            parallel_tool_calls=_NOTHING, modalities=(None, ["text"]), audio=_NOTHING,
                            prediction=_NOTHING, reasoning_effort=_NOTHING, service_tier=(None, "auto", "default"),
                            store=(None, False), metadata=_NOTHING)

@@ -440,11 +440,29 @@ def test_completions_and_async_stream(chat_api):
 @chat
 def test_chat_refusals_are_typed(chat_sdk):
     sdk = chat_sdk
-    for field, value in (("n", 2), ("logprobs", True), ("response_format", {"type": "json_object"}),
-                         ("logit_bias", {"1": 5})):
+    for field, value in (("n", 2), ("logprobs", True), ("logit_bias", {"1": 5})):
         with pytest.raises(openai.BadRequestError) as err:
             sdk.chat.completions.create(model=GEN, messages=PROMPT, **{field: value})
         assert err.value.body["param"] == field
+    with pytest.raises(openai.BadRequestError) as err:
+        sdk.chat.completions.create(model=GEN, messages=PROMPT, response_format={"type": "xml"})
+    assert err.value.body["param"] == "response_format.type"
     with pytest.raises(openai.BadRequestError) as err:   # context overflow names the messages
         sdk.chat.completions.create(model=GEN, messages=[{"role": "user", "content": "word " * 100_000}])
     assert err.value.body["param"] == "messages"
+
+
+@chat
+def test_chat_response_format_json_schema_is_enforced(chat_sdk):
+    """response_format json_schema reaches vLLM as structured_outputs: greedy output that is the schema's JSON."""
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+              "required": ["name", "age"]}
+    answer = chat_sdk.chat.completions.create(
+        model=GEN, temperature=0, max_tokens=48,
+        messages=[{"role": "user", "content": "Describe a person named Alice who is 30 years old."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "person", "schema": schema, "strict": True}})
+    content = answer.choices[0].message.content
+    assert answer.choices[0].finish_reason == "stop", content
+    person = json.loads(content)
+    assert set(person) >= {"name", "age"} and isinstance(person["name"], str), person
+    assert isinstance(person["age"], int) and not isinstance(person["age"], bool), person

@@ -243,6 +243,53 @@ def test_bad_requests_are_invalid_argument_with_their_reason_and_the_server_keep
     assert client.generate("Hi", max_tokens=2).completion_tokens >= 1   # still serving
 
 
+PERSON = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+
+
+def _constrained(http_url, content: str, structured: dict, max_tokens: int = 48) -> tuple[int, dict | str]:
+    """A greedy chat request with sampling_parameters.structured_outputs in Triton's vLLM-backend shape (the
+    StructuredOutputsParams fields as JSON text): (status, answer or error body)."""
+    sampling = {"max_tokens": max_tokens, "temperature": 0, "structured_outputs": json.dumps(structured)}
+    status, body = _post(http_url, "generate", {
+        "messages": json.dumps([{"role": "user", "content": content}]), "exclude_input_in_output": True,
+        "return_finish_reason": True, "sampling_parameters": json.dumps(sampling)})
+    return status, json.loads(body) if status == 200 else body
+
+
+def test_structured_outputs_hold_greedy_output_to_a_json_schema_and_a_choice(generation_triton):
+    status, answer = _constrained(generation_triton.http_url, "Describe a person named Alice who is 30 years old.",
+                                  {"json": PERSON})
+    assert status == 200, answer
+    person = json.loads(answer["text_output"])   # whole JSON: the grammar also decided where it ends
+    assert answer["finish_reason"] == "stop", answer
+    assert set(person) >= {"name", "age"} and isinstance(person["name"], str), person
+    assert isinstance(person["age"], int) and not isinstance(person["age"], bool), person
+    choices = ["Positive", "Negative"]
+    status, answer = _constrained(generation_triton.http_url, "Is the review 'I love this movie' positive or negative?",
+                                  {"choice": choices}, max_tokens=8)
+    assert status == 200 and answer["text_output"] in choices, answer
+
+
+def test_a_schema_the_grammar_backend_refuses_is_invalid_argument_and_the_server_keeps_serving(generation_triton,
+                                                                                               client):
+    # Well-formed for hotpath's checks (an object within the bounds), refused by vLLM's grammar backend.
+    status, body = _constrained(generation_triton.http_url, "Hi", {"json": {"type": "frobnicate"}}, max_tokens=4)
+    assert status == 400 and "vLLM refused the request" in body, (status, body)
+    assert "Traceback" not in body and ".py" not in body, body
+    status, body = _constrained(generation_triton.http_url, "Hi", {"regex": "("}, max_tokens=4)
+    assert status == 400 and "vLLM refused the request" in body and "unclosed group" in body, (status, body)
+    # Passes vLLM's front-end check, then fails to compile in its engine core (xgrammar): still the request's.
+    impossible = {"type": "object", "properties": {"a": {"type": "integer", "minimum": 5, "maximum": 1}},
+                  "required": ["a"]}
+    status, body = _constrained(generation_triton.http_url, "Hi", {"json": impossible}, max_tokens=4)
+    assert status == 400 and "could not compile" in body, (status, body)
+    # Refused by hotpath before anything is queued, naming the key.
+    status, body = _constrained(generation_triton.http_url, "Hi", {"json": PERSON, "regex": "a"}, max_tokens=4)
+    assert status == 400 and "structured_outputs must set exactly one of" in body, (status, body)
+    assert client.generate("Hi", max_tokens=2).completion_tokens >= 1   # still serving
+
+
 def test_cli_streams_to_the_terminal(generation_url, reference):
     out = subprocess.run([sys.executable, "-m", "hotpath", "generate", "--url", generation_url,
                           "--max-tokens", str(MAX_TOKENS), PROMPTS[0]], capture_output=True, text=True, timeout=300)

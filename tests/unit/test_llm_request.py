@@ -1,9 +1,18 @@
 """text_generation's request and engine-settings checks (hotpath.runtime.llm), without a server."""
 
+import json
+
 import numpy as np
 import pytest
 
-from hotpath.runtime.llm.request import InputError, parse_request, parse_sampling
+from hotpath.runtime.llm.request import (
+    MAX_CHOICES,
+    MAX_STRUCTURED_BYTES,
+    MAX_STRUCTURED_DEPTH,
+    InputError,
+    parse_request,
+    parse_sampling,
+)
 from hotpath.runtime.llm.settings import EngineSettings, SettingsError, from_parameters
 
 
@@ -95,3 +104,115 @@ def test_engine_settings_are_validated_at_build_time():
                         ({"max_tokens_limit": 4096, "max_model_len": 2048}, "max_tokens_limit")):
         with pytest.raises(Exception, match=f"parameters.{key}"):
             TextGenerationExporter().source_files(spec(**params))
+
+
+# Structured output: sampling_parameters.structured_outputs, Triton's vLLM-backend key (vLLM's
+# StructuredOutputsParams as JSON text; an object is accepted too; guided_decoding is the older spelling).
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+
+
+@pytest.mark.parametrize("value, want", [
+    (json.dumps({"json": SCHEMA}), {"json": SCHEMA}),                  # Triton's shape: JSON text
+    ({"json": SCHEMA}, {"json": SCHEMA}),
+    ({"json": json.dumps(SCHEMA)}, {"json": SCHEMA}),                  # the schema as its JSON text
+    ({"json_object": True}, {"json_object": True}),
+    ({"regex": r"\d{3}-\d{4}"}, {"regex": r"\d{3}-\d{4}"}),
+    ({"choice": ["Positive", "Negative"]}, {"choice": ["Positive", "Negative"]}),
+    ({"choice": ["a"], "json": None}, {"choice": ["a"]}),              # null is not set
+])
+def test_structured_outputs_are_accepted_as_the_vllm_backend_sends_them(value, want):
+    for key in ("structured_outputs", "guided_decoding"):
+        sampling = parse_sampling(json.dumps({"max_tokens": 8, key: value}), 512)
+        assert sampling == {"max_tokens": 8, "structured_outputs": want}
+    r = parse_request(_arrays(text_input="hi", sampling_parameters=json.dumps({"structured_outputs": value})), 512, 1000)
+    assert r.engine_message("z")["sampling"] == {"structured_outputs": want}
+    assert parse_sampling('{"structured_outputs": null}', 512) == {}
+
+
+def _nested(depth: int):
+    value = {"type": "string"}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+def test_structured_output_bounds_are_exact():
+    assert _depth_ok(_nested(MAX_STRUCTURED_DEPTH)) and not _depth_ok(_nested(MAX_STRUCTURED_DEPTH + 1))
+    at_limit = "a" * (MAX_STRUCTURED_BYTES - 2)                       # + its two quotes: the limit exactly
+    assert parse_sampling(json.dumps({"structured_outputs": {"regex": at_limit}}), 512)
+    with pytest.raises(InputError, match=r"structured_outputs\.regex is 16385 bytes"):
+        parse_sampling(json.dumps({"structured_outputs": {"regex": at_limit + "a"}}), 512)
+    assert parse_sampling(json.dumps({"structured_outputs": {"choice": ["x"] * MAX_CHOICES}}), 512)
+
+
+def _depth_ok(schema) -> bool:
+    try:
+        parse_sampling(json.dumps({"structured_outputs": {"json": schema}}), 512)
+    except InputError as exc:
+        assert "nested deeper than" in str(exc)
+        return False
+    return True
+
+
+def _bad_structured_values():
+    """A generated corpus: each a structured_outputs value (or sampling_parameters text) that must be refused."""
+    wrong = [1, 2.5, True, False, [], {}, "", "x", [1], ["a", 1], None]
+    cases = []
+    for value in wrong:                                                 # the whole value of the wrong type
+        if not isinstance(value, (dict, str)) and value is not None:
+            cases.append(("value", value))
+    for kind, fine in (("json", SCHEMA), ("json_object", True), ("regex", "a+"), ("choice", ["a", "b"])):
+        for value in wrong:
+            if value is None or value == fine or (kind == "json" and value == {}) or (kind == "regex" and value == "x"):
+                continue   # null is "not set"; {} is a schema (any value); "x" is a regex
+            cases.append((kind, {kind: value}))
+        for other in ("json", "json_object", "regex", "choice"):       # two kinds at once
+            if other != kind:
+                cases.append((f"{kind}+{other}", {kind: fine, other: {"json": SCHEMA, "json_object": True,
+                                                                       "regex": "b", "choice": ["c"]}[other]}))
+        cases.append((f"{kind} as text", json.dumps({kind: fine})[:-1]))   # truncated JSON text
+    cases += [
+        ("none set", {}), ("all null", {"json": None, "regex": None}),
+        ("grammar", {"grammar": "root ::= 'a'"}), ("structural_tag", {"structural_tag": "{}"}),
+        ("whitespace", {"json": SCHEMA, "disable_any_whitespace": True}), ("backend", {"json": SCHEMA, "_backend": "x"}),
+        ("schema text a list", {"json": "[1]"}), ("schema text NaN", {"json": '{"minimum": NaN}'}),
+        ("schema not JSON", {"json": "{type: object}"}), ("text a list", "[1]"), ("text a number", "3"),
+        ("regex too long", {"regex": "a" * MAX_STRUCTURED_BYTES}),
+        ("schema too big", {"json": {"description": "d" * MAX_STRUCTURED_BYTES}}),
+        ("schema text too big", {"json": json.dumps({"description": "d" * MAX_STRUCTURED_BYTES})}),
+        ("whole text too big", json.dumps({"regex": "a" * (MAX_STRUCTURED_BYTES + 1)})),
+        ("schema too deep", {"json": _nested(MAX_STRUCTURED_DEPTH + 1)}),
+        ("schema text too deep", {"json": json.dumps(_nested(MAX_STRUCTURED_DEPTH + 1))}),
+        ("schema text deeper than Python", {"json": "[" * 100_000}),
+        ("choices too many", {"choice": ["x"] * (MAX_CHOICES + 1)}),
+        ("choices too big", {"choice": ["c" * 1000] * 17}),
+        ("choice empty string", {"choice": ["a", ""]}), ("choice a string", {"choice": "ab"}),
+        ("json_object 1", {"json_object": 1}), ("json_object text", {"json_object": "true"}),
+    ]
+    return cases
+
+
+BAD_STRUCTURED = _bad_structured_values()
+
+
+@pytest.mark.parametrize("name, value", BAD_STRUCTURED, ids=[c[0] for c in BAD_STRUCTURED])
+def test_bad_structured_outputs_are_input_errors_naming_the_key(name, value):
+    for key in ("structured_outputs", "guided_decoding"):
+        with pytest.raises(InputError, match=key) as exc:
+            parse_sampling(json.dumps({key: value}), 512)
+        assert len(str(exc.value)) <= 300
+
+
+def test_corpus_is_not_trivially_small():
+    assert len(BAD_STRUCTURED) >= 60
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"structured_outputs": {"regex": "a"}, "guided_decoding": {"regex": "b"}}', "not both"),
+    ('{"structured_outputs": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply"),
+    ('{"guided_json": {}}', "unknown key 'guided_json'"),
+])
+def test_structured_output_spellings(text, message):
+    with pytest.raises(InputError, match=message):
+        parse_sampling(text, 512)

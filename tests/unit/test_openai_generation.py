@@ -8,9 +8,11 @@ from tritonclient.grpc import service_pb2
 from tritonclient.grpc._infer_result import InferResult
 from tritonclient.utils import InferenceServerException
 
+from hotpath.openai_api.answer_cache import canonical
 from hotpath.openai_api.errors import from_triton
 from hotpath.openai_api.generation import Completion, Totals, parse_step, request_inputs, sampling_parameters
 from hotpath.openai_api.schemas import ChatCompletionRequest, CompletionRequest
+from hotpath.runtime.llm.request import parse_sampling
 
 
 def _chat(**extra) -> ChatCompletionRequest:
@@ -118,3 +120,37 @@ def test_triton_status_maps_one_to_one(status, message, code, retry):
     assert error.param == ("messages" if code == 400 else None)
     assert "Traceback" not in error.message and error.message.startswith("text_generation: ")
     assert set(error.body()["error"]) == {"message", "type", "param", "code"}
+
+
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+
+
+@pytest.mark.parametrize("response_format, want", [
+    (None, None),
+    ({"type": "text"}, None),
+    ({"type": "json_object"}, {"json_object": True}),
+    ({"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA, "strict": True}}, {"json": SCHEMA}),
+])
+def test_response_format_becomes_structured_outputs_the_model_accepts(response_format, want):
+    extra = {} if response_format is None else {"response_format": response_format}
+    for request in (_chat(max_tokens=5, **extra),
+                    CompletionRequest.model_validate({"model": "m", "prompt": "Once", **extra})):
+        text = _tensors(request_inputs(request))["sampling_parameters"]
+        sent = json.loads(text)
+        if want is None:
+            assert "structured_outputs" not in sent
+        else:   # Triton's vLLM-backend shape: the StructuredOutputsParams fields as JSON text
+            assert json.loads(sent["structured_outputs"]) == want
+        # ...and text_generation's own check reads it back as the constraint it passes to vLLM.
+        assert parse_sampling(text, 512).get("structured_outputs") == want
+
+
+def test_the_answer_cache_key_holds_response_format():
+    base = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
+    keys = {canonical({**base, **extra}) for extra in (
+        {}, {"response_format": {"type": "json_object"}},
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA}}},
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "object"}}}})}
+    assert len(keys) == 4
+    assert canonical({**base, "stream": True}) == canonical(base)   # what only shapes the reply is left out

@@ -1,5 +1,7 @@
 """Request validation of the OpenAI-compatible API: strict bodies, refused fields named, bounded numbers."""
 
+import json
+
 import pytest
 from pydantic import ValidationError
 
@@ -84,7 +86,7 @@ def test_message_roles_and_parts():
 
 @pytest.mark.parametrize("extra, refused", [
     (', "n": 2', "n"), (', "logprobs": true', "logprobs"), (', "top_logprobs": 2', "top_logprobs"),
-    (', "tools": [{"type": "function"}]', "tools"), (', "response_format": {"type": "json_object"}', "response_format"),
+    (', "tools": [{"type": "function"}]', "tools"),
     (', "logit_bias": {"50256": -100}', "logit_bias"), (', "presence_penalty": 0.5', "presence_penalty"),
     (', "frequency_penalty": 1', "frequency_penalty"), (', "tool_choice": "auto"', "tool_choice"),
 ])
@@ -111,3 +113,57 @@ def test_completions():
 def test_max_completion_tokens_wins_over_max_tokens():
     body = ChatCompletionRequest.model_validate_json(CHAT % ', "max_tokens": 9, "max_completion_tokens": 3')
     assert body.token_limit == 3
+
+
+# response_format: honoured (text_generation's structured_outputs); anything else a 400 naming it.
+SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}},
+          "required": ["name", "age"]}
+
+
+@pytest.mark.parametrize("response_format, want", [
+    ({"type": "text"}, None),
+    ({"type": "json_object"}, {"json_object": True}),
+    ({"type": "json_schema", "json_schema": {"name": "person", "schema": SCHEMA}}, {"json": SCHEMA}),
+    ({"type": "json_schema", "json_schema": {"name": "person-2_b", "description": "d", "schema": SCHEMA,
+                                             "strict": True}}, {"json": SCHEMA}),
+    ({"type": "json_schema", "json_schema": {"name": "p", "schema": {}, "strict": False}}, {"json": {}}),
+])
+def test_response_format_is_honoured(response_format, want):
+    for schema, body in ((ChatCompletionRequest, CHAT % (", \"response_format\": " + json.dumps(response_format))),
+                         (CompletionRequest, json.dumps({"model": "m", "prompt": "p", "response_format": response_format}))):
+        request = schema.model_validate_json(body)
+        assert (CHAT_REFUSED if schema is ChatCompletionRequest else COMPLETION_REFUSED).check(request) is None
+        assert request.response_format.structured_outputs() == want
+
+
+def _bad_response_formats():
+    """A generated corpus of response_format values that must be a 400 naming response_format."""
+    def js(**fields):
+        return {"type": "json_schema", "json_schema": {"name": "p", "schema": SCHEMA, **fields}}
+
+    cases = [1, "json_object", [], True, {}, {"type": "xml"}, {"type": "JSON_OBJECT"}, {"type": None},
+             {"type": "json_schema"}, {"type": "json_object", "json_schema": {"name": "p", "schema": SCHEMA}},
+             {"type": "text", "json_schema": {"name": "p", "schema": SCHEMA}}, {"type": "json_object", "x": 1},
+             {"type": "json_schema", "json_schema": {"schema": SCHEMA}},
+             {"type": "json_schema", "json_schema": {"name": "p"}},
+             {"type": "json_schema", "json_schema": "p"}, {"type": "json_schema", "json_schema": None},
+             js(strict="yes"), js(strict=1), js(description=3), js(extra=1), js(name=""), js(name="a b"),
+             js(name="x" * 65), js(name=5), js(schema=[]), js(schema="{}"), js(schema=None), js(schema=True),
+             js(schema={"description": "d" * 16384}), js(schema={"enum": ["e" * 100] * 200})]
+    deep = {"type": "string"}
+    for _ in range(32):
+        deep = {"type": "object", "properties": {"a": deep}}
+    cases.append(js(schema=deep))
+    return cases
+
+
+BAD_FORMATS = _bad_response_formats()
+
+
+@pytest.mark.parametrize("response_format", BAD_FORMATS, ids=[f"bad{i}" for i in range(len(BAD_FORMATS))])
+def test_bad_response_formats_are_400s_naming_the_field(response_format):
+    for schema, body in ((ChatCompletionRequest, CHAT % (", \"response_format\": " + json.dumps(response_format))),
+                         (CompletionRequest, json.dumps({"model": "m", "prompt": "p", "response_format": response_format}))):
+        error = _error(schema, body)
+        assert error.status == 400 and error.param.startswith("response_format"), error.body()
+        assert error.body()["error"]["type"] == "invalid_request_error"

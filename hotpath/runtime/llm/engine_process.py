@@ -8,12 +8,15 @@ the engine lives here (issue 26, ../shared/RUNTIME_NOTES.md). Standard library +
 
 In (stdin), one JSON object a line:
     {"op": "add", "id", "text" | "messages", "sampling": {...}, "prompt_text": bool}
+        (sampling as hotpath.runtime.llm.request checked it; structured_outputs: {kind: constraint}, one of
+        json, json_object, regex, choice, for vLLM's StructuredOutputsParams)
     {"op": "abort", "id"}
 Out (the protocol fd: the original stdout; vLLM's own prints go to stderr):
     {"op": "ready", "dtype", "max_model_len", "kv_capacity_tokens"}
     {"id", "text": delta, "tokens": n, "finish": null | "stop" | "length" | "cancelled",
      "input_tokens", "output_tokens", "prompt": str (first reply, when asked)}
-    {"id", "error": message, "status": "INVALID_ARGUMENT" | "INTERNAL"}         (the request's last reply)
+    {"id", "error": message, "status": "INVALID_ARGUMENT" | "INTERNAL"}         (the request's last reply;
+        INVALID_ARGUMENT also when vLLM refuses the request itself, e.g. a schema its grammar backend cannot compile)
     {"op": "stats", "running", "waiting", "kv_usage", "preempted", "prefix_hits", "prefix_misses",
      "prefix_tokens", "ttft": [s...], "itl": [s...]}                              (about once a second)
 Every request gets exactly one last reply (finish set, or error). stdin closing (the stub is gone or
@@ -37,6 +40,14 @@ locale.setlocale(locale.LC_ALL, "")
 
 STATS_INTERVAL_S = 1.0
 FINISH = {"stop": "stop", "length": "length", "abort": "cancelled"}
+MAX_REFUSAL_CHARS = 300
+
+
+def refusal(exc: Exception) -> str:
+    """vLLM's reason for refusing a request, short: one line, no file paths (its message only, no traceback)."""
+    words = ["<path>" if "/" in w and (w.startswith("/") or ".py" in w) else w for w in str(exc).split()]
+    text = " ".join(words)
+    return text[:MAX_REFUSAL_CHARS] + ("..." if len(text) > MAX_REFUSAL_CHARS else "")
 
 
 def send(message: dict) -> None:
@@ -125,9 +136,11 @@ class Server:
 
     async def generate(self, message: dict) -> None:
         from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
+        from vllm.exceptions import VLLMClientError
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         rid = message["id"]
+        started = False
         try:
             ids, text = self.prompt(message)
             sampling = dict(message["sampling"])
@@ -148,10 +161,24 @@ class Server:
                                     seed=sampling.get("seed"), stop=sampling.get("stop"),
                                     min_tokens=min(sampling.get("min_tokens", 0), max_tokens),
                                     output_kind=RequestOutputKind.DELTA)
+            if sampling.get("structured_outputs"):
+                params.structured_outputs = StructuredOutputsParams(**sampling["structured_outputs"])
             first, produced = True, 0
             async for out in self.engine.generate({"prompt_token_ids": ids}, params, request_id=rid):
+                started = True
                 choice = out.outputs[0]
                 produced += len(choice.token_ids)
+                if out.finished and choice.finish_reason == "error":
+                    # vLLM ended the request itself. Before any token of a constrained request: its grammar
+                    # passed vLLM's front-end check but failed to compile in the engine core (measured:
+                    # xgrammar on minimum > maximum), which logs why; the engine goes on serving.
+                    if params.structured_outputs is not None and produced == 0:
+                        send({"id": rid, "status": "INVALID_ARGUMENT",
+                              "error": "vLLM refused the request: its grammar backend could not compile "
+                                       "sampling_parameters.structured_outputs"})
+                    else:
+                        send({"id": rid, "status": "INTERNAL", "error": "generation failed (vLLM ended the request)"})
+                    return
                 reply = {"id": rid, "text": choice.text, "tokens": len(choice.token_ids), "finish": None,
                          "input_tokens": len(ids), "output_tokens": produced}
                 if first:
@@ -174,6 +201,14 @@ class Server:
         except asyncio.CancelledError:
             send({"id": rid, "text": "", "tokens": 0, "finish": "cancelled", "input_tokens": 0, "output_tokens": 0})
         except Exception as exc:  # noqa: BLE001 - one request's failure is its own last reply
+            # vLLM's own validation refusing the request (a schema or regex its grammar backend cannot
+            # compile: VLLMClientError, or ValueError from a grammar before the first token) is the request's
+            # fault; anything else is the engine's.
+            constrained = bool(message.get("sampling", {}).get("structured_outputs"))
+            if isinstance(exc, VLLMClientError) or (isinstance(exc, ValueError) and constrained and not started):
+                print(f"hotpath engine: request {rid} refused: {exc!r}", file=sys.stderr, flush=True)
+                send({"id": rid, "status": "INVALID_ARGUMENT", "error": f"vLLM refused the request: {refusal(exc)}"})
+                return
             print(f"hotpath engine: request {rid} failed: {exc!r}", file=sys.stderr, flush=True)
             send({"id": rid, "status": "INTERNAL", "error": f"generation failed ({type(exc).__name__})"})
         finally:

@@ -3,8 +3,9 @@
 Inputs (all [1]): text_input (STRING) or hotpath's `messages` (STRING, a JSON list of {"role": system |
 user | assistant, "content": str}, rendered with the model's chat template): exactly one of the two;
 stream, exclude_input_in_output, return_finish_reason, return_num_input_tokens, return_num_output_tokens
-(BOOL); sampling_parameters (STRING, a JSON object). Every fault is an InputError (INVALID_ARGUMENT),
-raised before anything is queued. Limits that need the prompt's tokens (max_tokens within the context)
+(BOOL); sampling_parameters (STRING, a JSON object; `structured_outputs` in it constrains the output as
+Triton's vLLM backend does: parse_structured). Every fault is an InputError (INVALID_ARGUMENT), raised before
+anything is queued. Limits that need the prompt's tokens (max_tokens within the context)
 are checked by the engine process before it queues the request.
 """
 
@@ -22,6 +23,14 @@ ROLES = ("system", "user", "assistant")
 MAX_STOPS = 16
 MAX_STOP_CHARS = 256
 INT32_MAX = 2**31 - 1
+# Structured output: sampling_parameters' `structured_outputs` (Triton's vLLM backend >= 25.11, vLLM's
+# StructuredOutputsParams; `guided_decoding` is its spelling before), exactly one kind of constraint.
+STRUCTURED = "structured_outputs"
+STRUCTURED_SPELLINGS = (STRUCTURED, "guided_decoding")
+STRUCTURED_KINDS = ("json", "json_object", "regex", "choice")
+MAX_STRUCTURED_BYTES = 16 * 1024    # the constraint as compact JSON (a schema, a regex, the choices)
+MAX_STRUCTURED_DEPTH = 32           # JSON nesting of the constraint
+MAX_CHOICES = 256
 # key -> (types accepted, check, what the check means)
 SAMPLING = {
     "max_tokens": ((int,), lambda v: v >= 1, "an integer >= 1"),
@@ -106,12 +115,22 @@ def parse_sampling(text: str | None, max_tokens_limit: int) -> dict:
         params = json.loads(text, parse_constant=lambda c: _refuse_constant(c))
     except ValueError as exc:
         raise InputError(f"sampling_parameters is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc})") from None
+    except RecursionError:
+        raise InputError("sampling_parameters is nested too deeply") from None
     if not isinstance(params, dict):
         raise InputError("sampling_parameters must be a JSON object")
     out = {}
+    spellings = [key for key in params if key in STRUCTURED_SPELLINGS]
+    if len(spellings) > 1:
+        raise InputError(f"sampling_parameters: send one of {' or '.join(STRUCTURED_SPELLINGS)}, not both")
     for key, value in params.items():
+        if key in STRUCTURED_SPELLINGS:
+            if value is not None:
+                out[STRUCTURED] = parse_structured(value, f"sampling_parameters.{key}")
+            continue
         if key not in SAMPLING:
-            raise InputError(f"sampling_parameters: unknown key {key!r} (known: {', '.join(SAMPLING)})"[:300])
+            raise InputError(f"sampling_parameters: unknown key {key!r} (known: {', '.join((*SAMPLING, STRUCTURED))})"
+                             [:300])
         types, check, meaning = SAMPLING[key]
         if value is None:
             continue
@@ -135,6 +154,72 @@ def parse_sampling(text: str | None, max_tokens_limit: int) -> dict:
                              f"{MAX_STOP_CHARS} characters")
         out["stop"] = stops
     return out
+
+
+def _depth(value, limit: int, level: int = 1) -> int:
+    """value's JSON nesting depth (a scalar: 0), counting no further than limit + 1."""
+    if level > limit or not isinstance(value, (dict, list)):
+        return level - 1 + isinstance(value, (dict, list))
+    children = value.values() if isinstance(value, dict) else value
+    return max([level, *(_depth(child, limit, level + 1) for child in children)])
+
+
+def parse_structured(value, name: str = f"sampling_parameters.{STRUCTURED}") -> dict:
+    """A structured-output constraint -> {kind: value} for vLLM's StructuredOutputsParams: exactly one of
+    json (a JSON schema: an object, or its JSON text), json_object (true: any JSON object), regex (a
+    non-empty string), choice (a list of non-empty strings). Triton's vLLM backend sends it as JSON text;
+    an object is accepted too. Bounded: MAX_STRUCTURED_BYTES as compact JSON, MAX_STRUCTURED_DEPTH levels,
+    MAX_CHOICES choices. Whether the grammar backend can compile it is the engine's check (INVALID_ARGUMENT)."""
+    kinds = ", ".join(STRUCTURED_KINDS)
+    if isinstance(value, str):
+        if len(value.encode("utf-8")) > MAX_STRUCTURED_BYTES:
+            raise InputError(f"{name} is over {MAX_STRUCTURED_BYTES} bytes")
+        try:
+            value = json.loads(value, parse_constant=lambda c: _refuse_constant(c))
+        except ValueError as exc:
+            raise InputError(f"{name} is not valid JSON ({getattr(exc, 'msg', exc)})") from None
+        except RecursionError:
+            raise InputError(f"{name} is nested deeper than {MAX_STRUCTURED_DEPTH} levels") from None
+    if not isinstance(value, dict):
+        raise InputError(f"{name} must be a JSON object (or its JSON text) with one of the keys {kinds}")
+    given = {k: v for k, v in value.items() if v is not None}
+    unknown = [k for k in given if k not in STRUCTURED_KINDS]
+    if unknown:
+        raise InputError(f"{name}: unknown key {unknown[0]!r} (known: {kinds})"[:300])
+    if len(given) != 1:
+        raise InputError(f"{name} must set exactly one of {kinds}, got {len(given)}")
+    (kind, constraint), = given.items()
+    return {kind: check_constraint(kind, constraint, f"{name}.{kind}")}
+
+
+def check_constraint(kind: str, constraint, where: str):
+    """One structured-output constraint of `kind` checked and bounded (a json schema's text parsed);
+    `where` names it in the InputError."""
+    if kind == "json" and isinstance(constraint, str):
+        if len(constraint.encode("utf-8")) > MAX_STRUCTURED_BYTES:
+            raise InputError(f"{where} is over {MAX_STRUCTURED_BYTES} bytes")
+        try:
+            constraint = json.loads(constraint, parse_constant=lambda c: _refuse_constant(c))
+        except ValueError as exc:
+            raise InputError(f"{where} is not valid JSON ({getattr(exc, 'msg', exc)})") from None
+        except RecursionError:
+            raise InputError(f"{where} is nested deeper than {MAX_STRUCTURED_DEPTH} levels") from None
+    if kind == "json" and not isinstance(constraint, dict):
+        raise InputError(f"{where} must be a JSON schema (an object, or its JSON text)")
+    if kind == "json_object" and constraint is not True:
+        raise InputError(f"{where} must be true")
+    if kind == "regex" and (not isinstance(constraint, str) or not constraint):
+        raise InputError(f"{where} must be a non-empty string")
+    if kind == "choice":
+        if (not isinstance(constraint, list) or not 1 <= len(constraint) <= MAX_CHOICES
+                or not all(isinstance(c, str) and c for c in constraint)):
+            raise InputError(f"{where} must be a list of 1..{MAX_CHOICES} non-empty strings")
+    if _depth(constraint, MAX_STRUCTURED_DEPTH) > MAX_STRUCTURED_DEPTH:
+        raise InputError(f"{where} is nested deeper than {MAX_STRUCTURED_DEPTH} levels")
+    size = len(json.dumps(constraint, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    if size > MAX_STRUCTURED_BYTES:
+        raise InputError(f"{where} is {size} bytes as JSON, over the {MAX_STRUCTURED_BYTES}-byte limit")
+    return constraint
 
 
 def _number(text: str, types: tuple):
