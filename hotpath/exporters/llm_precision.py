@@ -360,9 +360,11 @@ def host_precision() -> tuple[str, str]:
 # --- the report (python -m hotpath.exporters.llm_precision) ---------------------------------------------------
 
 def measure_all(model_dir: Path, dtypes: tuple[str, ...], quantizations: tuple[str, ...], int8: bool = False,
-                log: Log = print, windows: int = WINDOWS) -> tuple[list[Figures], list[str]]:
+                log: Log = print, windows: int = WINDOWS, int4: bool = False) -> tuple[list[Figures], list[str]]:
     """Figures of every system; notes for those that could not run here. `int8`: also vLLM on the W8A8 int8 copy
-    of `model_dir` (hotpath.exporters.llm_int8); `quantizations`: vLLM's own quantization methods to try."""
+    of `model_dir` (hotpath.exporters.llm_int8); `int4`: also the W4A16 copy (hotpath.exporters.llm_int4) at bf16,
+    its kernel's dtype, and its weights dequantized at fp32 (what it computes, on hosts without the kernel);
+    `quantizations`: vLLM's own quantization methods to try."""
     windows = corpus_windows(Path(model_dir) / "tokenizer.json", windows)
     reference, cpp = anchors(windows, log)
     rows = [figures("fp32 transformers (reference)", reference, reference), figures("llama.cpp Q4_1", cpp, reference)]
@@ -385,6 +387,15 @@ def measure_all(model_dir: Path, dtypes: tuple[str, ...], quantizations: tuple[s
         with tempfile.TemporaryDirectory(prefix="hotpath-int8-") as tmp:
             write_w8a8(Path(model_dir), Path(tmp))
             measure("vLLM int8 W8A8 (per-channel weights, per-token dynamic activations)", Path(tmp), "fp32")
+    if int4:
+        from hotpath.exporters.llm_int4 import GROUP, write_dequantized, write_w4a16
+
+        with tempfile.TemporaryDirectory(prefix="hotpath-int4-") as tmp:
+            write_w4a16(Path(model_dir), Path(tmp) / "w4a16")
+            measure(f"vLLM bf16 int4 W4A16 (asymmetric, group {GROUP}; CPUWNA16)", Path(tmp) / "w4a16", "bf16")
+            write_dequantized(Path(model_dir), Path(tmp) / "dequantized")
+            measure(f"vLLM fp32 on the int4 W4A16 weights dequantized (group {GROUP})", Path(tmp) / "dequantized",
+                    "fp32")
     for quantization in quantizations:
         measure(f"vLLM quantization={quantization}", Path(model_dir), "bf16", quantization)
     return rows, notes
@@ -421,12 +432,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", action="append", default=None, help="vLLM dtypes (default fp32, bf16)")
     parser.add_argument("--quantization", action="append", default=[], help="vLLM quantization methods to try")
     parser.add_argument("--int8", action="store_true", help="also the W8A8 int8 copy (hotpath.exporters.llm_int8)")
+    parser.add_argument("--int4", action="store_true", help="also the W4A16 int4 copy (hotpath.exporters.llm_int4)")
     parser.add_argument("--windows", type=int, default=WINDOWS,
                         help=f"held-out windows of {WINDOW} tokens (default {WINDOWS}; the build's gate: 3)")
     parser.add_argument("--out", type=Path, default=paths.ROOT / "perf" / "reports" / "text_generation_precision.md")
     args = parser.parse_args(argv)
     rows, notes = measure_all(args.model_dir, tuple(args.dtype or ("fp32", "bf16")), tuple(args.quantization),
-                              args.int8, windows=args.windows)
+                              args.int8, windows=args.windows, int4=args.int4)
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     command = "python -m hotpath.exporters.llm_precision " + " ".join(argv if argv is not None else sys.argv[1:])
