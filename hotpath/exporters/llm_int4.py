@@ -16,14 +16,11 @@ dequantized to float32, so the precision gate can measure what the kernel comput
 
 from __future__ import annotations
 
-import json
-import re
-import shutil
 import sys
 from pathlib import Path
 
-LINEAR = re.compile(r"model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj)\.weight$")
-WEIGHTS = "model.safetensors"
+from hotpath.exporters.llm_int8 import write_checkpoint
+
 BITS = 4
 GROUP = 32
 QMIN, QMAX = -(1 << (BITS - 1)), (1 << (BITS - 1)) - 1   # signed range; stored +8 as uint4
@@ -96,41 +93,15 @@ def compressed(weight, group: int = GROUP) -> dict:
             "weight_zero_point": pack_int32(zero, dim=0), "weight_shape": torch.tensor(list(weight.shape))}
 
 
-def _write(src: Path, dst: Path, convert, quantization_config: dict | None) -> int:
-    from safetensors.torch import load_file, save_file
-
-    src, dst = Path(src), Path(dst)
-    dst.mkdir(parents=True, exist_ok=True)
-    tensors, quantized = {}, 0
-    for name, tensor in load_file(str(src / WEIGHTS)).items():
-        if LINEAR.match(name):
-            stem = name.removesuffix("weight")
-            tensors.update({stem + key: value for key, value in convert(tensor).items()})
-            quantized += 1
-        else:
-            tensors[name] = tensor.contiguous()
-    if not quantized:
-        raise ValueError(f"no decoder linear layers found in {src / WEIGHTS}")
-    save_file(tensors, str(dst / WEIGHTS), metadata={"format": "pt"})
-    for f in src.iterdir():
-        if f.is_file() and f.name not in (WEIGHTS, "config.json"):
-            shutil.copyfile(f, dst / f.name)
-    config = json.loads((src / "config.json").read_text())
-    if quantization_config:
-        config["quantization_config"] = quantization_config
-    (dst / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    return quantized
-
-
 def write_w4a16(src: Path, dst: Path) -> int:
     """Write the 4-bit compressed-tensors copy of `src` to `dst`; returns the number of quantized layers."""
-    return _write(src, dst, compressed, QUANTIZATION_CONFIG)
+    return write_checkpoint(src, dst, compressed, QUANTIZATION_CONFIG)
 
 
 def write_dequantized(src: Path, dst: Path) -> int:
     """Write `src` with every decoder linear weight replaced by its 4-bit round trip, in the source dtype (a plain
     checkpoint: the W4A16 numerics on hosts without the kernel)."""
-    return _write(src, dst, lambda w: {"weight": dequantize(*quantize_groups(w)).to(w.dtype)}, None)
+    return write_checkpoint(src, dst, lambda w: {"weight": dequantize(*quantize_groups(w)).to(w.dtype)}, None)
 
 
 if __name__ == "__main__":

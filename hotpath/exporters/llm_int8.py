@@ -48,8 +48,10 @@ def quantize_channel(weight):
     return torch.round(w / scale).clamp(-127, 127).to(torch.int8), scale
 
 
-def write_w8a8(src: Path, dst: Path) -> int:
-    """Write the int8 copy of `src` to `dst`; returns the number of quantized layers."""
+def write_checkpoint(src: Path, dst: Path, convert, quantization_config: dict | None) -> int:
+    """Copy the model directory `src` to `dst`, each decoder linear weight replaced by `convert(weight)`'s
+    tensors (suffix -> tensor, in place of `weight`) and `quantization_config` in config.json; returns the
+    number of layers converted."""
     from safetensors.torch import load_file, save_file
 
     src, dst = Path(src), Path(dst)
@@ -57,7 +59,8 @@ def write_w8a8(src: Path, dst: Path) -> int:
     tensors, quantized = {}, 0
     for name, tensor in load_file(str(src / WEIGHTS)).items():
         if LINEAR.match(name):
-            tensors[name], tensors[name.removesuffix("weight") + "weight_scale"] = quantize_channel(tensor)
+            stem = name.removesuffix("weight")
+            tensors.update({stem + key: value for key, value in convert(tensor).items()})
             quantized += 1
         else:
             tensors[name] = tensor.contiguous()
@@ -68,9 +71,19 @@ def write_w8a8(src: Path, dst: Path) -> int:
         if f.is_file() and f.name not in (WEIGHTS, "config.json"):
             shutil.copyfile(f, dst / f.name)
     config = json.loads((src / "config.json").read_text())
-    config["quantization_config"] = QUANTIZATION_CONFIG
+    if quantization_config:
+        config["quantization_config"] = quantization_config
     (dst / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return quantized
+
+
+def write_w8a8(src: Path, dst: Path) -> int:
+    """Write the int8 copy of `src` to `dst`; returns the number of quantized layers."""
+    def convert(weight):
+        q, scale = quantize_channel(weight)
+        return {"weight": q, "weight_scale": scale}
+
+    return write_checkpoint(src, dst, convert, QUANTIZATION_CONFIG)
 
 
 if __name__ == "__main__":
