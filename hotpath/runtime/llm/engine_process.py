@@ -109,6 +109,7 @@ class Server:
         self.tasks: dict[str, asyncio.Task] = {}
 
     async def start(self) -> None:
+        from vllm.config import StructuredOutputsConfig
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -118,6 +119,13 @@ class Server:
                                enable_prefix_caching=s["enable_prefix_caching"], enforce_eager=s["enforce_eager"],
                                kv_cache_memory_bytes=s["kv_cache_mib"] << 20, block_size=s["block_size"],
                                disable_log_stats=False,
+                               # One grammar backend, named: vLLM v1's engine core compiles every request
+                               # with the backend of the first structured request it saw, while "auto" checks
+                               # each request against xgrammar or else guidance. Measured here: a schema
+                               # guidance accepted then failed to compile in an xgrammar engine core, and the
+                               # same schema was answered by a guidance one: what passed depended on history.
+                               # xgrammar checks every request as it will compile it.
+                               structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"),
                                seed=0)
         self.engine = AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger_factory()])
         self.tokenizer = self.engine.get_tokenizer()
