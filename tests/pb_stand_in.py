@@ -96,9 +96,13 @@ class Logger:
 
 # --------------------------------------------------------------------------------------------- loading
 
+TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1   # Triton's value
+
+
 def stand_in_module() -> types.ModuleType:
     """This module under the name the adapters import."""
     module = types.ModuleType("triton_python_backend_utils")
+    module.TRITONSERVER_RESPONSE_COMPLETE_FINAL = TRITONSERVER_RESPONSE_COMPLETE_FINAL
     for name in ("TritonError", "TritonModelException", "Tensor", "InferenceRequest", "InferenceResponse",
                  "get_input_tensor_by_name", "get_output_tensor_by_name", "Logger"):
         setattr(module, name, globals()[name])

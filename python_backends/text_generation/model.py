@@ -116,11 +116,16 @@ class Stream:
             sender.send(response, flags=FINAL)
 
     def cancelled(self):
-        sender = self.sender
-        try:
-            return sender is not None and sender.is_cancelled()
-        except Exception:  # noqa: BLE001 - the reader closed this sender meanwhile: nothing left to cancel
-            return False
+        # Under the lock: once _close sent the final flag Triton frees the request's response factory, and
+        # is_cancelled() on its sender then reads freed memory in tritonserver (SIGSEGV in
+        # TRITONBACKEND_ResponseFactoryIsCancelled, seen with the watcher racing a stream's last reply).
+        with self.lock:
+            if self.sender is None:
+                return False
+            try:
+                return self.sender.is_cancelled()
+            except Exception:  # noqa: BLE001 - a sender Triton already closed: nothing left to cancel
+                return False
 
 
 class TritonPythonModel:

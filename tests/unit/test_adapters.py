@@ -2,7 +2,8 @@
 triton_python_backend_utils (tests/pb_stand_in.py), initialized from its model's committed config.pbtxt,
 run on a small batch and compared with the library function it wraps; a bad request gets its own error.
 Adapters that need built exports (sentence_embedder, retrieval, the runner on text_encoder) are in
-tests/tools/test_built_adapters.py; text_generation (a vLLM child process) is tested through Triton."""
+tests/tools/test_built_adapters.py; text_generation (a vLLM child process) is tested through Triton, its Stream
+(one request's response sender) here."""
 
 import io
 import shutil
@@ -169,3 +170,55 @@ def test_onnxruntime_runner_refuses_a_string_input_at_initialize(tmp_path, monke
     model, version = _runner(tmp_path, monkeypatch, scale=1.0, shift=0.0)
     with pytest.raises(TritonModelException, match=r"affine: TYPE_STRING input\(s\) \['X'\]"):
         model.initialize(initialize_args(_runner_config(mc.TYPE_STRING), version))
+
+
+# --------------------------------------------------------------------------------------------- text_generation
+
+class _Sender:
+    """A decoupled response sender that fails the way tritonserver does: is_cancelled() while or after the final
+    flag is sent reads a freed response factory (SIGSEGV in TRITONBACKEND_ResponseFactoryIsCancelled)."""
+
+    def __init__(self):
+        import threading
+
+        self.final = False
+        self.asking = threading.Event()     # set while is_cancelled() runs
+        self.release = threading.Event()    # the test lets is_cancelled() return
+        self.faults: list[str] = []
+
+    def is_cancelled(self):
+        if self.final:
+            self.faults.append("is_cancelled after the final flag")
+        self.asking.set()
+        self.release.wait(5)
+        if self.final:
+            self.faults.append("final flag sent while is_cancelled ran")
+        return False
+
+    def send(self, response=None, flags=0):
+        self.final = self.final or bool(flags)
+
+
+def test_text_generation_never_asks_a_finished_stream_whether_it_was_cancelled(monkeypatch):
+    """The watcher's cancellation check and the engine reader's last reply race: the check must finish before
+    the final flag goes out, and a finished stream is never asked again."""
+    import threading
+
+    from hotpath.runtime.llm.request import Request as LLMRequest
+
+    stream_class = load_adapter("text_generation", monkeypatch).execute.__globals__["Stream"]
+    sender = _Sender()
+    stream = stream_class(sender, LLMRequest(text="hi", messages=None, stream=True, exclude_input=True))
+    watcher = threading.Thread(target=stream.cancelled)
+    watcher.start()
+    assert sender.asking.wait(5)
+    last = threading.Thread(target=stream.reply, args=({"id": "r", "text": "", "tokens": 0, "finish": "stop",
+                                                        "input_tokens": 1, "output_tokens": 1},))
+    last.start()
+    last.join(0.3)
+    sender.release.set()
+    watcher.join(5)
+    last.join(5)
+    assert sender.final, "the last reply was never sent"
+    assert stream.cancelled() is False
+    assert sender.faults == []
