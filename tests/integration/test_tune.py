@@ -34,10 +34,15 @@ def test_a_short_tuning_run(explicit_url, tmp_path):
                                     measurement=Measurement(1000, 100, 3), reports_dir=tmp_path, log=lambda m: None)
     assert len(trials) == 3 and trials[0].change == "baseline" and trials[1].change == "baseline (repeat)"
     # Every trial measured concurrency 1 (the constraint), the sweep and the declared load (which a busy
-    # host may miss: shed requests), the sweep points with the server-side breakdown.
+    # host may miss: shed requests), the sweep points with the server-side breakdown. A c=1 p95 already past
+    # the target skips the sweep above it (closed-loop p95 only grows with concurrency), never the declared
+    # load: on a busy host that is a correct trial, not a short one.
     for t in trials:
-        assert [p.concurrency for p in t.points] == [1, 2, slo.concurrency]
-        assert t.points[1].throughput > 0 and set(best.state) <= set(t.points[1].steps), t.change
+        measured = [p.concurrency for p in t.points]
+        missed_at_1 = t.points[0].p95_ms > slo.p95_ms
+        assert measured == ([1, slo.concurrency] if missed_at_1 else [1, 2, slo.concurrency]), (measured, t.points[0])
+        swept = t.points[0] if missed_at_1 else t.points[1]
+        assert swept.throughput > 0 and set(best.state) <= set(swept.steps), t.change
     # The third trial moved a knob: the server ran it (its own knobs), then got the winner back.
     assert trials[2].state != trials[0].state
     assert {m: read_knobs(served_config(client, m)) for m in best.state} == best.state

@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from hotpath.errors import ServerError
 from hotpath.health.probe import endpoint_configs, probe
 from hotpath.paths import model_repository
 from hotpath.repository import Repository
@@ -39,6 +40,23 @@ BOUND_S = 10.0
 
 def _server(repository: Path, **kwargs) -> LocalTriton:
     return LocalTriton(repository, ServerPorts(*free_ports(3)), log=lambda m: None, **kwargs)
+
+
+# tritonserver 2.51 can abort while six stubs initialize at once on a loaded host (libtriton_python's
+# `boost::interprocess::lock_exception`, open upstream as triton-inference-server/server#8882; seen once in a
+# fresh-clone `make test` beside a CPU burner and a vLLM suite). That is Triton's start failing, not what these
+# tests check (what a killed server leaves behind), so a start that failed so gets one more try; any other
+# start failure fails the test.
+KNOWN_START_ABORT = "boost::interprocess::lock_exception"
+
+
+def _started(repository: Path, **kwargs) -> LocalTriton:
+    try:
+        return _server(repository, **kwargs).start()
+    except ServerError as exc:
+        if KNOWN_START_ABORT not in str(exc):
+            raise
+    return _server(repository, **kwargs).start()
 
 
 def _alive(proc: psutil.Process) -> bool:
@@ -73,7 +91,7 @@ def built() -> Path:
 
 
 def test_stubs_exit_when_tritonserver_is_killed(built):
-    server = _server(linked(STUB_MODELS, repository=built)).start()
+    server = _started(linked(STUB_MODELS, repository=built))
     try:
         stubs = [p for p in psutil.Process(server.process.pid).children()
                  if p.cmdline() and p.cmdline()[0].endswith(STUB_BINARY)]
