@@ -16,7 +16,7 @@ the tied lm_head (576->49152, fp32 in both: llm_int4 keeps it), timed per step:
 Variants alternate, ROUNDS rounds (median of the rounds; each round the median over STEPS steps). Run by
 the vLLM environment (torch + vllm):
 
-    flock /tmp/hotpath-bench.lock .venv-vllm/bin/python perf/experiments/int4_linears/decode_linears.py
+    flock /tmp/hotpath-bench.lock .venv-vllm/bin/python perf/experiments/int4_linears/decode_linears.py [THREADS]
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def step_ms(torch, layers, lm_head, batch: int, dtype, steps: int) -> float:
 def main() -> int:
     import torch
 
-    torch.set_num_threads(int(os.environ.get("THREADS", "2")))
+    torch.set_num_threads(int(sys.argv[1]) if len(sys.argv) > 1 else 2)   # threads: the host's 2 cores
     torch.manual_seed(0)
     head = torch.nn.Module()
     head.weight = torch.nn.Parameter(torch.randn(*LM_HEAD) * 0.02, requires_grad=False)
