@@ -112,10 +112,13 @@ def _batched_executions(url, model):
 
 def test_bad_request_in_a_dynamic_batch_fails_alone(grpc_url, reference, endpoint):
     batcher = ENDPOINTS[endpoint]
-    good_texts = [f"concurrent request {i}" for i in range(15)]
-    want = reference.encode(good_texts, normalize_embeddings=True)
     c = grpcclient.InferenceServerClient(grpc_url)
-    for _attempt in range(5):  # until the first step has run a multi-request batch during a burst
+    # Until the first step has run a multi-request batch during a burst: a busy host may serve a burst one by
+    # one (each request finds an instance idle), so the burst is repeated, its inputs built before it, with
+    # new texts each time (the response cache would answer repeated ones without the batcher).
+    for attempt in range(10):
+        good_texts = [f"concurrent request {attempt}.{i}" for i in range(15)]
+        payloads = [t.encode() for t in good_texts[:7]] + [b"\xc3\x28 bad"] + [t.encode() for t in good_texts[7:]]
         before = _batched_executions(grpc_url, batcher)
         results, done = {}, threading.Semaphore(0)
 
@@ -125,9 +128,9 @@ def test_bad_request_in_a_dynamic_batch_fails_alone(grpc_url, reference, endpoin
                 done.release()
             return _cb
 
-        payloads = [t.encode() for t in good_texts[:7]] + [b"\xc3\x28 bad"] + [t.encode() for t in good_texts[7:]]
-        for i, payload in enumerate(payloads):
-            c.async_infer(endpoint, [text_input("TEXT", [payload])], callback(i))
+        inputs = [[text_input("TEXT", [payload])] for payload in payloads]
+        for i, tensors in enumerate(inputs):
+            c.async_infer(endpoint, tensors, callback(i))
         for _ in payloads:
             assert done.acquire(timeout=60)
         if _batched_executions(grpc_url, batcher) > before:
@@ -135,6 +138,7 @@ def test_bad_request_in_a_dynamic_batch_fails_alone(grpc_url, reference, endpoin
     else:
         pytest.fail(f"{batcher} never batched concurrent requests; dynamic batching is not active")
 
+    want = reference.encode(good_texts, normalize_embeddings=True)
     result, error = results[7]
     assert result is None and "not valid UTF-8" in error.message()
     assert error.status() == "StatusCode.INVALID_ARGUMENT"  # an input error: never retry
