@@ -349,12 +349,10 @@ def host_precision() -> tuple[str, str]:
                 ("fp32", f"GPU compute capability {major}.x has no bf16")
     except ImportError:
         pass
-    from hotpath.runtime.llm.settings import BF16_FLAGS, cpu_feature_flags
+    from hotpath.runtime.llm.settings import EngineSettings
 
-    native = sorted(cpu_feature_flags() & set(BF16_FLAGS))
-    if native:
-        return "bf16", f"CPU has {', '.join(native)}"
-    return "fp32", "CPU has no avx512_bf16/amx_bf16: bf16 would be emulated"
+    dtype, why = EngineSettings().resolved_dtype("cpu")
+    return ("bf16" if dtype == "bfloat16" else "fp32"), why
 
 
 # --- the report (python -m hotpath.exporters.llm_precision) ---------------------------------------------------

@@ -7,6 +7,7 @@ redis_failure policy followed, the outage in the gateway's /metrics and /health,
 No timed asserts: counts are compared with the budget over the window the client measured (within 10%)."""
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import threading
@@ -61,14 +62,8 @@ def replicas(triton, redis):
     # 1 s, not the 100 ms default: on a busy 2-core host a slow call would make the replicas count alone
     # for the breaker's second and blur the shared sum; the fault tests stop or pause Redis outright.
     target = dataclasses.replace(redis.target, timeout_ms=1000)
-    gateways = _replicas(triton, target, repository_build())
-    try:
-        for gw in gateways:
-            gw.start()
-        yield gateways
-    finally:
-        for gw in gateways:
-            gw.stop()
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(gw) for gw in _replicas(triton, target, repository_build())]
 
 
 @pytest.fixture

@@ -37,14 +37,9 @@ def redis():
 def _replicas(triton, redis):
     """Two OpenAI API replicas on one Triton, sharing one Redis."""
     env = {**os.environ, "HOTPATH_REDIS_URL": f"redis://127.0.0.1:{redis.port}/0?timeout_ms=1000"}
-    servers = [OpenAIServer(triton.grpc_url, free_ports(1)[0], triton.repository, env=env) for _ in range(2)]
-    try:
-        for s in servers:
-            s.start()
-        yield servers
-    finally:
-        for s in servers:
-            s.stop()
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(OpenAIServer(triton.grpc_url, free_ports(1)[0], triton.repository, env=env))
+               for _ in range(2)]
 
 
 @pytest.fixture(scope="module")

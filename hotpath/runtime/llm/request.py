@@ -111,12 +111,7 @@ def parse_sampling(text: str | None, max_tokens_limit: int) -> dict:
     """sampling_parameters JSON -> a dict of checked values (only the keys SAMPLING knows)."""
     if text is None or not text.strip():
         return {}
-    try:
-        params = json.loads(text, parse_constant=lambda c: _refuse_constant(c))
-    except ValueError as exc:
-        raise InputError(f"sampling_parameters is not valid JSON ({exc.msg if hasattr(exc, 'msg') else exc})") from None
-    except RecursionError:
-        raise InputError("sampling_parameters is nested too deeply") from None
+    params = _json(text, "sampling_parameters", "is nested too deeply")
     if not isinstance(params, dict):
         raise InputError("sampling_parameters must be a JSON object")
     out = {}
@@ -172,14 +167,7 @@ def parse_structured(value, name: str = f"sampling_parameters.{STRUCTURED}") -> 
     MAX_CHOICES choices. Whether the grammar backend can compile it is the engine's check (INVALID_ARGUMENT)."""
     kinds = ", ".join(STRUCTURED_KINDS)
     if isinstance(value, str):
-        if len(value.encode("utf-8")) > MAX_STRUCTURED_BYTES:
-            raise InputError(f"{name} is over {MAX_STRUCTURED_BYTES} bytes")
-        try:
-            value = json.loads(value, parse_constant=lambda c: _refuse_constant(c))
-        except ValueError as exc:
-            raise InputError(f"{name} is not valid JSON ({getattr(exc, 'msg', exc)})") from None
-        except RecursionError:
-            raise InputError(f"{name} is nested deeper than {MAX_STRUCTURED_DEPTH} levels") from None
+        value = _constraint_json(value, name)
     if not isinstance(value, dict):
         raise InputError(f"{name} must be a JSON object (or its JSON text) with one of the keys {kinds}")
     given = {k: v for k, v in value.items() if v is not None}
@@ -196,14 +184,7 @@ def check_constraint(kind: str, constraint, where: str):
     """One structured-output constraint of `kind` checked and bounded (a json schema's text parsed);
     `where` names it in the InputError."""
     if kind == "json" and isinstance(constraint, str):
-        if len(constraint.encode("utf-8")) > MAX_STRUCTURED_BYTES:
-            raise InputError(f"{where} is over {MAX_STRUCTURED_BYTES} bytes")
-        try:
-            constraint = json.loads(constraint, parse_constant=lambda c: _refuse_constant(c))
-        except ValueError as exc:
-            raise InputError(f"{where} is not valid JSON ({getattr(exc, 'msg', exc)})") from None
-        except RecursionError:
-            raise InputError(f"{where} is nested deeper than {MAX_STRUCTURED_DEPTH} levels") from None
+        constraint = _constraint_json(constraint, where)
     if kind == "json" and not isinstance(constraint, dict):
         raise InputError(f"{where} must be a JSON schema (an object, or its JSON text)")
     if kind == "json_object" and constraint is not True:
@@ -235,6 +216,24 @@ def _number(text: str, types: tuple):
 
 def _refuse_constant(name: str):
     raise InputError(f"sampling_parameters: {name} is not a number")
+
+
+def _json(text: str, where: str, too_deep: str):
+    """JSON text a client sent -> its value; an InputError naming `where` when it is not JSON, holds NaN or
+    Infinity, or nests past the parser's recursion limit (`too_deep` says so)."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant)
+    except ValueError as exc:
+        raise InputError(f"{where} is not valid JSON ({getattr(exc, 'msg', exc)})") from None
+    except RecursionError:
+        raise InputError(f"{where} {too_deep}") from None
+
+
+def _constraint_json(text: str, where: str):
+    """A structured-output constraint sent as JSON text, bounded in bytes before it is parsed."""
+    if len(text.encode("utf-8")) > MAX_STRUCTURED_BYTES:
+        raise InputError(f"{where} is over {MAX_STRUCTURED_BYTES} bytes")
+    return _json(text, where, f"is nested deeper than {MAX_STRUCTURED_DEPTH} levels")
 
 
 def parse_request(arrays: dict, max_tokens_limit: int, max_input_bytes: int) -> Request:
