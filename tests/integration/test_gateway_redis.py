@@ -281,7 +281,10 @@ def test_retrieval_reads_are_cached_until_a_write(replicas, redis_up):
     # never a stale one). Once both moves are done, a search is stored under the version that stays.
     _wait(lambda: store_version() >= before + 2, "the write moved the version on access and after its answer")
     if not stored(body)():
-        assert _search(replicas[0], query)[:2] == ("miss", after_upsert)
+        # Not stored yet, or stored under the version in between. The search above may still land under the
+        # final version between this check and the next search, so that one may be a hit: either way it must
+        # answer what the write left.
+        assert _search(replicas[0], query)[1] == after_upsert
     _wait(stored(body), "replica A stored the search after the write")
     assert _search(replicas[1], query)[:2] == ("hit", after_upsert)
 
