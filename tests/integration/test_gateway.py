@@ -231,11 +231,11 @@ def test_twice_capacity_refuses_the_excess_fast_with_unavailable(overload, gatew
     assert admitted, result.summary()
     overloaded = OVERLOADED.format(cap=gateway.settings.in_flight_cap)
     assert {o.message for o in refused} == {overloaded}
-    # A refusal never waits for an execution, an admitted call always does: compared in the same run, so a
-    # loaded host slows both. As the client sees it: refusal medians 0.2-2 ms on this host (up to ~7 ms
-    # while other work shares the 2 cores with the client's callbacks), admitted ~20 ms.
-    assert result.latency_ms("UNAVAILABLE", 50) < result.latency_ms("OK", 50), result.summary()
-    # NGINX's own clock ($request_time, ms resolution): refusals 0-1 ms, admitted calls a server execution.
+    # A refusal never waits for an execution, an admitted call always does, timed on NGINX's own clock
+    # ($request_time, ms resolution): refusals 0-1 ms, admitted calls a server execution. Not on the client's:
+    # refusals come when the gateway is fullest, which on a busy host is when the client's own callbacks lag
+    # most (beside a burner: refusal median 308 ms vs admitted 197 ms, client send lag p95 1.06 s), so its
+    # clock measures itself. The client's view on a quiet host is in perf/reports/overload.md.
     at_nginx = sorted(e.seconds for e in logged if e.grpc_status == "14")
     served = sorted(e.seconds for e in logged if e.grpc_status == "0")
     assert len(at_nginx) == len(refused) and served, (len(at_nginx), len(served))
@@ -243,11 +243,12 @@ def test_twice_capacity_refuses_the_excess_fast_with_unavailable(overload, gatew
 
 
 def _most_at_once(entries) -> int:
-    """The most calls in flight at once, from each line's [start, end) on NGINX's ms clock. $msec and
-    $request_time are each rounded to the millisecond, so each interval is narrowed by 1 ms at both ends:
-    two calls that merely touch are not counted as overlapping (a lower bound on the true count, which is
-    what an upper-bound check needs to stay true on a busy host)."""
-    spans = [(round(e.started * 1000) + 1, round(e.at * 1000) - 1) for e in entries]
+    """The most calls admitted at once, a lower bound: each call's time at its replica ([upstream_started, at)
+    on NGINX's ms clock) lies inside its admission. Not [started, at): that also holds the wait for the
+    request's body before admission, which a busy client stretches (fresh-clone run 5 beside a burner counted
+    more than the cap that way). $msec and $upstream_response_time are each rounded to the millisecond, so each
+    span is narrowed by 1 ms at both ends: two calls that merely touch are not counted as overlapping."""
+    spans = [(round(e.upstream_started * 1000) + 1, round(e.at * 1000) - 1) for e in entries]
     spans = [(a, b) for a, b in spans if a < b]
     edges = sorted([(b, -1) for _, b in spans] + [(a, 1) for a, _ in spans])
     most = now = 0

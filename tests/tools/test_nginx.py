@@ -72,14 +72,16 @@ def test_nginx_rejects_a_broken_config(tmp_path):
 
 
 def test_access_log_lines_with_retries():
-    log = ("1796020000.100|200|127.0.0.1:9001|200|0|0.012|/inference.GRPCInferenceService/ModelInfer\n"
-           "1796020000.200|200|127.0.0.1:9001, 127.0.0.1:9011|502, 200|0|0.020|"
+    log = ("1796020000.100|200|127.0.0.1:9001|200|0|0.012|0.010|/inference.GRPCInferenceService/ModelInfer\n"
+           "1796020000.200|200|127.0.0.1:9001, 127.0.0.1:9011|502, 200|0|0.020|0.003, 0.015|"
            "/inference.GRPCInferenceService/ModelInfer\n"
-           "1796020000.300|404|127.0.0.1:9001|404|-|0.001|/v2/models/a|b/c|d\n"
+           "1796020000.300|404|127.0.0.1:9001|404|-|0.001|-|/v2/models/a|b/c|d\n"
            "garbage line\n")
     first, retried, piped = parse_access_log(log)
     assert first.served_by == "127.0.0.1:9001" and first.grpc_status == "0"
+    assert (first.started, first.upstream_started) == (1796020000.088, 1796020000.09)
     assert retried.upstreams == ("127.0.0.1:9001", "127.0.0.1:9011") and retried.served_by == "127.0.0.1:9011"
+    assert retried.upstream_seconds == 0.015 and piped.upstream_seconds == 0, "the answering replica's time"
     assert (piped.uri, piped.status, piped.at) == ("/v2/models/a|b/c|d", 404, 1796020000.3), "a `|` in the URI"
 
 

@@ -374,13 +374,14 @@ def test_only_public_endpoints_are_reachable(bare_gateway):
     assert not [e for e in logged if e.upstream and e.status in (404, 204) and e.grpc_status in ("5", "")]
 
 def test_access_log_lines():
-    log = ("1796020000.1|204|-|-|-|0.000||16|/inference.GRPCInferenceService/ModelInfer\n"
-           "1796020000.2|200|127.0.0.1:9001|200|0|0.012|alpha|-|/inference.GRPCInferenceService/ModelInfer\n"
-           "1796020000.3|429|-|-|-|0.000|beta|-|/v2/models/m/infer\n"
-           "1796020000.4|401|-|-|-|0.000||-|/v2/models/a|b/infer?x=|\nnot a log line\n")
+    log = ("1796020000.1|204|-|-|-|0.000|-||16|/inference.GRPCInferenceService/ModelInfer\n"
+           "1796020000.2|200|127.0.0.1:9001|200|0|0.012|0.011|alpha|-|/inference.GRPCInferenceService/ModelInfer\n"
+           "1796020000.3|429|-|-|-|0.000|-|beta|-|/v2/models/m/infer\n"
+           "1796020000.4|401|-|-|-|0.000|-||-|/v2/models/a|b/infer?x=|\nnot a log line\n")
     refused, served, limited, piped = parse_access_log(log, LOG_FIELDS)
     assert (refused.upstream, refused.grpc_status, refused.tenant) == ("", "16", "")
-    assert (served.upstream, served.grpc_status, served.tenant, served.seconds) == ("127.0.0.1:9001", "0", "alpha", 0.012)
+    assert (served.upstream, served.grpc_status, served.tenant, served.seconds, served.upstream_seconds) == \
+        ("127.0.0.1:9001", "0", "alpha", 0.012, 0.011)
     assert (limited.status, limited.grpc_status) == (429, "")
     assert (piped.uri, piped.status, piped.tenant) == ("/v2/models/a|b/infer?x=|", 401, ""), "a `|` in the URI"
 
