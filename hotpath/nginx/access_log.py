@@ -42,7 +42,7 @@ class LogEntry:
     @property
     def started(self) -> float:
         """When NGINX read its first byte, on the same (ms) clock as `at`."""
-        return round(self.at * 1000 - self.seconds * 1000) / 1000
+        return _before(self.at, self.seconds)
 
     @property
     def upstream_started(self) -> float:
@@ -50,7 +50,12 @@ class LogEntry:
         to `at` lies inside the call's admission by a gateway (admitted in the access phase, before it is
         proxied; released in the log phase, when `at` is taken), where [started, at) also holds the wait for
         the request's body, before admission."""
-        return round(self.at * 1000 - self.upstream_seconds * 1000) / 1000
+        return _before(self.at, self.upstream_seconds)
+
+
+def _before(at: float, seconds: float) -> float:
+    """`seconds` before `at`, on NGINX's millisecond clock."""
+    return round(at * 1000 - seconds * 1000) / 1000
 
 
 def _value(raw: str | None) -> str:
