@@ -54,7 +54,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     tracing = OtlpTracing(args.trace_otlp, args.trace_rate) if args.trace_otlp else None
     return serve_forever(ports, repository=args.repository, ort_threads=args.ort_threads, demo=args.demo,
                          tracing=tracing, watchdog=not args.no_watchdog, probe_s=args.probe_interval,
-                         openai_port=args.openai_port, openai_aliases=args.openai_alias)
+                         openai_port=args.openai_port, openai_aliases=args.openai_alias,
+                         tenants=args.tenants)
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
@@ -302,6 +303,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="port of the OpenAI-compatible API, base URL http://127.0.0.1:PORT/v1 (default 8080; 0: none)")
     p.add_argument("--openai-alias", action="append", default=[], metavar="ALIAS=ENDPOINT",
                    help="another model name the OpenAI API accepts for an endpoint (repeatable)")
+    p.add_argument("--tenants", metavar="FILE", default=None,
+                   help="start the tenant gateway in front (the production shape) with this tenants file; its doors: "
+                        f"gRPC :{settings.gateway_grpc_port()}, HTTP :{settings.gateway_http_port()}, "
+                        f"OpenAI :{settings.gateway_openai_port()}")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("embed", help="embed texts through the text_embedding endpoint (gRPC)")

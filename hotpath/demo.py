@@ -12,10 +12,11 @@ from hotpath.client import EmbeddingClient
 EXAMPLE_TEXTS = ["How do I reset my password?", "I forgot my login credentials.", "Best pizza in Naples"]
 
 
-def show_example(url: str, openai_base_url: str | None = None) -> None:
+def show_example(url: str, openai_base_url: str | None = None, token: str | None = None) -> None:
     """Send one real request to text_embedding and print the request, the answer and how to repeat it;
-    with `openai_base_url`, the same through the OpenAI-compatible API."""
-    with EmbeddingClient(url) as client:
+    with `openai_base_url`, the same through the OpenAI-compatible API; with `token`, as that tenant
+    (through the tenant gateway)."""
+    with EmbeddingClient(url, token=token) as client:
         vectors = client.embed(EXAMPLE_TEXTS)
     print(f"\n[demo] gRPC request to text_embedding at {url}: TEXT = {EXAMPLE_TEXTS}")
     print(f"[demo] EMBEDDING shape {list(vectors.shape)}, L2 norms {np.round(np.linalg.norm(vectors, axis=1), 4)}")
@@ -23,17 +24,19 @@ def show_example(url: str, openai_base_url: str | None = None) -> None:
     sims = vectors @ vectors.T
     for text, row in zip(EXAMPLE_TEXTS, sims):
         print(f"[demo]   cos({text[:32]!r:>34}, ...) = {np.round(row, 3)}")
-    print(f"[demo] try it: .venv/bin/hotpath embed --url {url} --similarity \"first text\" \"second text\"\n",
+    as_tenant = "HOTPATH_TOKEN=<a tenant's token> " if token else ""
+    print(f"[demo] try it: {as_tenant}.venv/bin/hotpath embed --url {url} --similarity \"first text\" \"second text\"\n",
           flush=True)
     if openai_base_url:
-        show_openai_example(openai_base_url)
+        show_openai_example(openai_base_url, token)
 
 
-def show_openai_example(base_url: str) -> None:
-    """One real POST /v1/embeddings through the OpenAI-compatible API, and the curl line that repeats it."""
+def show_openai_example(base_url: str, token: str | None = None) -> None:
+    """One real POST /v1/embeddings through the OpenAI-compatible API (with `token` as its API key), and the
+    curl line that repeats it."""
     body = {"model": "text_embedding", "input": EXAMPLE_TEXTS[:2]}
-    request = urllib.request.Request(f"{base_url}/embeddings", json.dumps(body).encode(),
-                                     {"content-type": "application/json"})
+    headers = {"content-type": "application/json", **({"authorization": f"Bearer {token}"} if token else {})}
+    request = urllib.request.Request(f"{base_url}/embeddings", json.dumps(body).encode(), headers)
     with urllib.request.urlopen(request, timeout=30) as r:
         answer = json.loads(r.read())
     first = answer["data"][0]["embedding"]
@@ -41,7 +44,9 @@ def show_openai_example(base_url: str) -> None:
     print(f"[demo] POST {base_url}/embeddings {json.dumps(body)}")
     print(f"[demo]   -> {len(answer['data'])} embeddings of {len(first)} floats, first values "
           f"{[round(v, 4) for v in first[:6]]}, usage {answer['usage']}")
-    print(f"[demo] try it: curl -s {base_url}/embeddings -H 'content-type: application/json' "
+    key = "<a tenant's token>" if token else "unused"
+    auth = f"-H 'authorization: Bearer {key}' " if token else ""
+    print(f"[demo] try it: curl -s {base_url}/embeddings {auth}-H 'content-type: application/json' "
           f"-d '{{\"model\": \"text_embedding\", \"input\": \"hello\"}}'")
-    print(f"[demo]   or:   OpenAI(base_url=\"{base_url}\", api_key=\"unused\").embeddings.create("
+    print(f"[demo]   or:   OpenAI(base_url=\"{base_url}\", api_key=\"{key}\").embeddings.create("
           f"model=\"text_embedding\", input=\"hello\")\n", flush=True)

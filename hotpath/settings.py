@@ -89,7 +89,26 @@ token = _setting("TOKEN", None, _optional, "tenant token `hotpath.client` and th
 openai_port = _setting("OPENAI_PORT", 8080, int, "`hotpath serve`: port of the OpenAI-compatible API (0: none)")
 openai_api_key = _setting("OPENAI_API_KEY", None, _optional, "the OpenAI-compatible API's key (unset: none; "
                           "behind the tenant gateway the tenant token is the key)")
+# The tenant gateway (`python -m hotpath.gateway serve`, `hotpath serve --tenants`, docker/gateway/): the public
+# doors, apart from tritonserver's and the API's own ports so that both run on one host (docs/configuration.md).
+gateway_http_port = _setting("GATEWAY_HTTP_PORT", 9000, int, "tenant gateway: public HTTP door (KServe v2)")
+gateway_grpc_port = _setting("GATEWAY_GRPC_PORT", 9001, int, "tenant gateway: public gRPC door")
+gateway_openai_port = _setting("GATEWAY_OPENAI_PORT", 9080, int, "tenant gateway: public OpenAI-compatible door")
+gateway_status_port = _setting("GATEWAY_STATUS_PORT", 9002, int, "tenant gateway: its own /metrics and /health "
+                               "(probes and Prometheus; never published)")
 perf_profile = _setting("PERF_PROFILE", "cpu", str, "SLO profile for `perf`, `perf-check`, `tune`")
+
+# Slow and idle clients, on every public listener: the gateway's doors and the OpenAI API alone
+# (hotpath.gateway.client_bounds, hotpath.openai_api.connections; perf/reports/slow_clients.md measures them).
+client_header_timeout_s = _setting("CLIENT_HEADER_TIMEOUT_SECS", 10, int, "public listeners: a connection that has "
+                                   "not sent a whole request head this long after it opened is closed")
+client_body_timeout_s = _setting("CLIENT_BODY_TIMEOUT_SECS", 10, int, "public listeners: a request body that stops "
+                                 "arriving this long is cut (the API alone answers 408; NGINX closes and logs 408); "
+                                 "at the gateway also an answer the client stops reading")
+keepalive_timeout_s = _setting("KEEPALIVE_TIMEOUT_SECS", 30, int, "public listeners: an idle connection between "
+                               "requests (HTTP/2: between streams) is closed after this long")
+openai_max_connections = _setting("OPENAI_MAX_CONNECTIONS", 4096, int, "the OpenAI API alone: connections (or "
+                                  "requests) open at once beyond which a new request is answered 503")
 
 # Benchmarks (hotpath.perf).
 allow_busy = _setting("ALLOW_BUSY", False, _flag, "measure even when other processes keep the CPU busy")

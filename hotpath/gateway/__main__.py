@@ -1,7 +1,8 @@
 """`python -m hotpath.gateway token` prints a new tenant token; `python -m hotpath.gateway serve ...` runs the
-tenant gateway on loopback in front of a tritonserver (or its replicas) until Ctrl-C or SIGTERM (limits sized as
-in hotpath.gateway.limits); SIGHUP reads the tenants file again. With a Redis (`--redis URL`, `--redis local`
-or HOTPATH_REDIS_URL) the quotas and the exact cache are shared by every replica using it."""
+tenant gateway in front of tritonserver replicas (gRPC and HTTP doors) and their OpenAI-compatible APIs (the
+OpenAI door, with `--openai-upstream`) until Ctrl-C or SIGTERM (limits sized as in hotpath.gateway.limits;
+ports in docs/configuration.md); SIGHUP reads the tenants file again. With a Redis (`--redis URL`,
+`--redis local` or HOTPATH_REDIS_URL) the quotas and the exact cache are shared by every replica using it."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ import signal
 import sys
 import threading
 
-from hotpath import logs
+from hotpath import logs, settings
 from hotpath.errors import HotpathError
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
+from hotpath.gateway.openai_door import openai_config
 from hotpath.gateway.process import TenantGateway
 from hotpath.gateway.tenants import load_tenants, new_token
 from hotpath.shared_state.cache_key import DEFAULT_TTL_S, repository_build
@@ -37,27 +39,13 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _serve_with(args: argparse.Namespace, redis) -> int:
-    tenants = load_tenants(args.tenants)
-    grpc_upstreams = tuple(args.grpc_upstream or ["127.0.0.1:8001"])
-    http_upstreams = tuple(args.http_upstream or ["127.0.0.1:8000"])
-    if len(grpc_upstreams) != len(http_upstreams):
-        raise HotpathError("give one --http-upstream per --grpc-upstream (the same replicas, in the same order)")
-    settings = TenantGatewaySettings(args.grpc_port, args.http_port, grpc_upstreams, http_upstreams,
-                                     tenants, args.max_in_flight or admission_cap(args.profile),
-                                     args.max_body_bytes or max_body_bytes(), args.max_streams or stream_cap(),
-                                     redis=redis, cache_build=repository_build() if redis and args.cache_ttl else "",
-                                     cache_ttl_s=args.cache_ttl or DEFAULT_TTL_S)
+    config = gateway_settings(args, redis)
     signals: list[int] = []   # SIGTERM and SIGHUP, handled in the loop below (not inside a handler)
     wake = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, lambda number, _: (signals.append(number), wake.set()))
-    with TenantGateway(settings) as gateway:
-        log.info(f"[gateway] gRPC {gateway.grpc_url}, HTTP {gateway.http_url} -> {', '.join(grpc_upstreams)} / "
-                 f"{', '.join(http_upstreams)}; {len(tenants)} tenant(s), {settings.in_flight_cap} inference calls "
-                 f"in flight, {settings.streams_cap} streams open, "
-                 f"bodies up to {settings.max_body_bytes} bytes; access log {gateway.access_log}; quotas "
-                 f"{'shared in ' + redis.url if redis else 'per replica (no Redis)'}; metrics and health "
-                 f"http://{gateway.status_url}/metrics, /health")
+    with TenantGateway(config) as gateway:
+        log.info(f"[gateway] {gateway.summary()}")
         try:
             while signal.SIGTERM not in signals:
                 wake.wait(0.5)
@@ -72,6 +60,23 @@ def _serve_with(args: argparse.Namespace, redis) -> int:
     return 0
 
 
+def gateway_settings(args: argparse.Namespace, redis) -> TenantGatewaySettings:
+    """The settings `serve`'s flags describe (tenants read from their file now)."""
+    grpc_upstreams = tuple(args.grpc_upstream or ["127.0.0.1:8001"])
+    http_upstreams = tuple(args.http_upstream or ["127.0.0.1:8000"])
+    if len(grpc_upstreams) != len(http_upstreams):
+        raise HotpathError("give one --http-upstream per --grpc-upstream (the same replicas, in the same order)")
+    openai_upstreams = tuple(args.openai_upstream or ())
+    return TenantGatewaySettings(
+        args.grpc_port, args.http_port, grpc_upstreams, http_upstreams, load_tenants(args.tenants),
+        args.max_in_flight or admission_cap(args.profile), args.max_body_bytes or max_body_bytes(),
+        args.max_streams or stream_cap(), redis=redis,
+        cache_build=repository_build() if redis and args.cache_ttl else "", cache_ttl_s=args.cache_ttl or DEFAULT_TTL_S,
+        status_port=args.status_port, listen_address=args.listen,
+        openai_port=args.openai_port if openai_upstreams else 0, openai_upstreams=openai_upstreams,
+        openai=openai_config() if openai_upstreams else {})
+
+
 def _reload_tenants(gateway: TenantGateway, path: str) -> None:
     """Serve the tenants file as it is now; a broken file keeps the tenants served before."""
     try:
@@ -82,7 +87,8 @@ def _reload_tenants(gateway: TenantGateway, path: str) -> None:
     log.info(f"[gateway] reloaded: {len(gateway.settings.tenants)} tenant(s)")
 
 
-def main(argv: list[str] | None = None) -> int:
+def command_line() -> argparse.ArgumentParser:
+    """The parser of `python -m hotpath.gateway` (token | serve)."""
     parser = argparse.ArgumentParser(prog="python -m hotpath.gateway", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("token", help="print a new random tenant token")
@@ -92,8 +98,17 @@ def main(argv: list[str] | None = None) -> int:
                        help="a replica's gRPC address; repeat for replicas (default 127.0.0.1:8001)")
     serve.add_argument("--http-upstream", action="append",
                        help="the same replica's HTTP address, in the same order (default 127.0.0.1:8000)")
-    serve.add_argument("--grpc-port", type=int, default=8443)
-    serve.add_argument("--http-port", type=int, default=8080)
+    serve.add_argument("--openai-upstream", action="append",
+                       help="a replica's OpenAI-compatible API (python -m hotpath.openai_api); repeat for replicas; "
+                            "opens the OpenAI door (default: no OpenAI door)")
+    serve.add_argument("--listen", default="127.0.0.1", metavar="ADDRESS",
+                       help="address every door listens on (default 127.0.0.1; a container's 0.0.0.0)")
+    serve.add_argument("--grpc-port", type=int, default=settings.gateway_grpc_port())
+    serve.add_argument("--http-port", type=int, default=settings.gateway_http_port())
+    serve.add_argument("--openai-port", type=int, default=settings.gateway_openai_port(),
+                       help="the OpenAI door's port, with --openai-upstream")
+    serve.add_argument("--status-port", type=int, default=settings.gateway_status_port(),
+                       help="the gateway's own /metrics and /health (for probes and Prometheus, never published)")
     serve.add_argument("--max-in-flight", type=int, default=0, help="default: Little's law over perf/slo.toml")
     serve.add_argument("--max-streams", type=int, default=0, help="default: the specs' decoupled max_batch slots")
     serve.add_argument("--max-body-bytes", type=int, default=0, help="default: the specs' largest item + 1 MiB")
@@ -102,7 +117,11 @@ def main(argv: list[str] | None = None) -> int:
                        f"one (default ${URL_ENV}; none: quotas per replica, no shared cache)")
     serve.add_argument("--cache-ttl", type=int, default=DEFAULT_TTL_S,
                        help="seconds a cacheable answer stays in Redis; 0: no exact cache")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = command_line().parse_args(argv)
     if args.command == "token":
         print(new_token())
         return 0

@@ -9,6 +9,7 @@ sees the status, not an HTTP error), HTTP with Triton's JSON error body.
 | tenant token | `map $http_authorization` + `if` (server rewrite) | 16 UNAUTHENTICATED | 401 |
 | API a tenant may call | allow-listed locations, `return 403` in `/` (rewrite) | 7 PERMISSION_DENIED | 403 |
 | open streams | `limit_conn` on one key (preaccess) | 14 UNAVAILABLE | 503 |
+| tenant's open requests (hotpath.gateway.client_bounds) | `limit_conn` on the tenant (preaccess) | 8 RESOURCE_EXHAUSTED | 429 |
 | body size | `client_max_body_size` (access, as the body is read) | 3 INVALID_ARGUMENT | 413 |
 | public endpoint (no internal step model) | front_door.lua (access) | 5 NOT_FOUND | 404 |
 | HTTP body: JSON nesting, KServe v2 shape, the model's inputs | front_door.lua (access) | - | 400 |
@@ -41,7 +42,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hotpath.gateway import openai_door
+from hotpath.gateway import client_bounds, openai_door
 from hotpath.gateway.front_door import (
     ADMITTED_VARIABLE,
     CHARGE_SOCKET,
@@ -115,9 +116,15 @@ class TenantGatewaySettings:
     openai_port: int = 0                 # the door to the OpenAI-compatible API (hotpath.gateway.openai_door); 0: none
     openai_upstreams: tuple[str, ...] = ()   # host:port of each replica's API process
     openai: dict = field(default_factory=dict, repr=False)   # openai_door.openai_config(): the names it serves
+    listen_address: str = "127.0.0.1"   # every listener's; a container's entrypoint gives 0.0.0.0
+    max_tenant_requests: int = 0         # one tenant's open requests; 0: hotpath.gateway.client_bounds.tenant_bound
 
     log_fields = LOG_FIELDS
     unreachable_message = UNREACHABLE
+
+    def address(self, port: int) -> str:
+        """`listen`'s argument for one of the gateway's ports ("" when the port is 0: no such listener)."""
+        return f"{self.listen_address}:{port}" if port else ""
 
     @property
     def listen_ports(self) -> list[int]:
@@ -185,7 +192,8 @@ def _checks(protocol: str) -> list[dict]:
 
 def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
     """The whole nginx.conf; tokens stay in `workdir / TOKEN_MAP`, which it includes."""
-    streams = [d("limit_conn", "streams", s.streams_cap), *_error_pages("@streams_full")]
+    streams = [d("limit_conn", "streams", s.streams_cap), *client_bounds.streams(), *_error_pages("@streams_full")]
+    bound = client_bounds.tenant_bound(s.max_tenant_requests, s.in_flight_cap)
     # Each refusal's named location: (name, gRPC status, HTTP status, message), for both servers.
     refusals = [("@unauthenticated", 16, 401, UNAUTHENTICATED),
                 ("@admin_only", 7, 403, ADMIN_ONLY),
@@ -203,6 +211,7 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
         d("map", "$http_authorization", TENANT, block=[d("default", ""), d("include", workdir / TOKEN_MAP)]),
         # One fixed key: every stream counts against one cap.
         d("limit_conn_zone", "upstream", "zone=streams:1m"),
+        client_bounds.zone(TENANT),
         d("lua_package_cpath", cjson_cpath()),
         d("lua_shared_dict", SHARED_DICT, "1m"),
         d("init_by_lua", init_lua(workdir)),
@@ -216,8 +225,9 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
         upstream("triton_grpc", s.grpc_upstreams, keepalive=64, fail_timeout_s=s.fail_timeout_s),
         upstream("triton_http", s.http_upstreams, keepalive=64, fail_timeout_s=s.fail_timeout_s),
         d("server", block=[
-            d("listen", f"127.0.0.1:{s.grpc_port}", "http2"),
+            d("listen", s.address(s.grpc_port), "http2"),
             connect_timeout("grpc"),
+            *client_bounds.public("grpc", bound),
             *_checks("grpc"),
             d("location", "=", GRPC_INFER, block=[d("access_by_lua", lua_call("grpc_infer")), grpc_pass, *grpc_retry]),
             d("location", "=", GRPC_STREAM, block=_stream_location(s, streams)),
@@ -230,10 +240,11 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
             *[grpc_error(name, grpc_status, message) for name, grpc_status, _, message in refusals],
         ]),
         d("server", block=[
-            d("listen", f"127.0.0.1:{s.http_port}"),
+            d("listen", s.address(s.http_port)),
             d("proxy_http_version", "1.1"),
             d("proxy_set_header", "Connection", ""),   # keep upstream connections alive
             connect_timeout("proxy"),
+            *client_bounds.public("http", bound),
             *_checks("proxy"),
             d("location", "~", HTTP_INFER, block=[d("access_by_lua", lua_call("http_infer", "ngx.var[1]")),
                                                   *_cache_filters(s), proxy_pass, *http_retry]),
@@ -256,7 +267,8 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
             d("location", "/", block=[d("return", 404)]),
         ]),
         *_status_server(s),
-        *openai_door.server(s.openai_port, s.openai_upstreams, TENANT, s.max_body_bytes, UNAUTHENTICATED),
+        *openai_door.server(s.address(s.openai_port), s.openai_upstreams, TENANT, s.max_body_bytes, UNAUTHENTICATED,
+                            client_bounds.public("openai", bound)),
     ], LOG_FIELDS, modules=tuple(module_paths()))
 
 
@@ -268,11 +280,12 @@ def _cache_filters(s: TenantGatewaySettings) -> list[dict]:
 
 
 def _status_server(s: TenantGatewaySettings) -> list[dict]:
-    """The gateway's own Prometheus metrics (Redis link, exact cache) and health, on loopback, no token."""
+    """The gateway's own Prometheus metrics (Redis link, exact cache) and health, no token: for probes and
+    Prometheus, never published (docs/deployment.md)."""
     if not s.status_port:
         return []
     return [d("server", block=[
-        d("listen", f"127.0.0.1:{s.status_port}"),
+        d("listen", s.address(s.status_port)),
         d("access_log", "off"),
         d("set", f"${ADMITTED_VARIABLE}", ""),
         d("location", "=", "/metrics", block=[d("content_by_lua", lua_call("metrics"))]),
@@ -290,6 +303,7 @@ def _stream_location(s: TenantGatewaySettings, streams: list[dict]) -> list[dict
     """gRPC streams go to the stream admission, which reads every message, with the caller's tenant."""
     if not s.stream_port:
         return [d("return", 503), d("error_page", 503, "=", "@no_streams")]
-    return [*streams, d("grpc_set_header", "Authorization", ""),   # a location's own headers replace the server's
+    return [*streams, *client_bounds.grpc_stream(),
+            d("grpc_set_header", "Authorization", ""),   # a location's own headers replace the server's
             d("grpc_set_header", STREAM_TENANT_HEADER, TENANT),
             d("grpc_pass", f"grpc://127.0.0.1:{s.stream_port}")]

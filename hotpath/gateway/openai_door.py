@@ -4,9 +4,9 @@ same NGINX, on its own port, in front of the API processes of the replicas.
 The tenant's token is the API key (`Authorization: Bearer <token>`, the same map as the Triton doors); the
 same budget (requests/s, generated tokens/min), fair shares of in-flight calls and work, and body bound
 hold (front_door.lua's `openai`). Every refusal is an OpenAI error object: 401 (token), 404 (a model or
-route the API does not serve), 413 (body), 429 + Retry-After (budget, capacity, fair share), 502 (no API
-process answered). `/v1/models` lists what the API serves: the public endpoints, which every tenant may
-call. Server-sent events pass unbuffered.
+route the API does not serve), 413 (body), 429 + Retry-After (budget, capacity, fair share, the tenant's open
+requests: hotpath.gateway.client_bounds), 502 (no API process answered). `/v1/models` lists what the API
+serves: the public endpoints, which every tenant may call. Server-sent events pass unbuffered.
 """
 
 from __future__ import annotations
@@ -48,18 +48,21 @@ def _error(name: str, status: int, message: str, code: str, *extra: dict) -> dic
                                        d("return", status, json.dumps(body))])
 
 
-def server(port: int, upstreams: tuple[str, ...], tenant: str, max_body_bytes: int, unauthenticated: str) -> list[dict]:
-    """The upstream and the server block; nothing when `port` is 0."""
-    if not port:
+def server(address: str, upstreams: tuple[str, ...], tenant: str, max_body_bytes: int, unauthenticated: str,
+           bounds: list[dict] = ()) -> list[dict]:
+    """The upstream and the server block listening on `address` (host:port); nothing when it is "". `bounds`:
+    what a client may hold there (hotpath.gateway.client_bounds.public)."""
+    if not address:
         return []
     proxy = d("proxy_pass", f"http://{UPSTREAM}")
     return [
         upstream(UPSTREAM, upstreams, keepalive=64),
         d("server", block=[
-            d("listen", f"127.0.0.1:{port}"),
+            d("listen", address),
             d("proxy_http_version", "1.1"),
             d("proxy_set_header", "Connection", ""),
             connect_timeout("proxy"),
+            *bounds,
             d("set", f"${ADMITTED_VARIABLE}", ""),
             d("set", f"${NAMESPACE_VARIABLE}", ""),
             d("if", tenant, "=", "", block=[d("return", 401)]),

@@ -50,6 +50,17 @@ class TenantGateway:
     def process(self):
         return self.nginx.process
 
+    def summary(self) -> str:
+        """Where each door is and what holds it, for the log."""
+        s = self.settings
+        openai = f", OpenAI http://{s.address(s.openai_port)}/v1 -> {', '.join(s.openai_upstreams)}" \
+            if s.openai_port else ""
+        return (f"gRPC {s.address(s.grpc_port)}, HTTP {s.address(s.http_port)} -> {', '.join(s.grpc_upstreams)} / "
+                f"{', '.join(s.http_upstreams)}{openai}; {len(s.tenants)} tenant(s), {s.in_flight_cap} inference "
+                f"calls in flight, {s.streams_cap} streams open, bodies up to {s.max_body_bytes} bytes; access log "
+                f"{self.access_log}; quotas {'shared in ' + s.redis.url if s.redis else 'per replica (no Redis)'}; "
+                f"metrics and health http://{s.address(s.status_port)}/metrics, /health")
+
     def log(self, start: int = 0, count: int = 0, timeout_s: float = 30.0) -> list[LogEntry]:
         return self.nginx.log(start, count, timeout_s)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import grp
 import os
 import pwd
+import resource
 from pathlib import Path
 
 import crossplane
@@ -13,6 +14,9 @@ from hotpath.nginx.access_log import LOG_FIELDS, log_format
 
 TEMP_KINDS = ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")   # NGINX's temp dirs, kept in the scratch dir
 WORKER_USER = "nobody"   # workers' user when the master runs as root (NGINX's own default, said explicitly)
+# Thousands of slow or idle clients held at once (perf/reports/slow_clients.md holds 2,000 on one door) leave
+# room for calls; a proxied call takes two (client and upstream). ~0.5 KB each, allocated at start.
+WORKER_CONNECTIONS = 16384
 
 
 def worker_ids() -> tuple[int, int] | None:
@@ -40,6 +44,14 @@ def render(directives: list[dict]) -> str:
     return crossplane.build(directives) + "\n"
 
 
+def open_files() -> int:
+    """worker_rlimit_nofile: a descriptor per connection and one per body or cache file, within the hard limit
+    NGINX inherits (past it setrlimit fails, even as root in a container without CAP_SYS_RESOURCE)."""
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    wanted = 2 * WORKER_CONNECTIONS
+    return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+
+
 def main_context(workdir: Path, http: list[dict], fields: tuple[str, ...] = LOG_FIELDS,
                  modules: tuple[str, ...] = ()) -> list[dict]:
     """nginx.conf around an `http` block's own directives: one worker, files in `workdir`, an access log,
@@ -52,7 +64,8 @@ def main_context(workdir: Path, http: list[dict], fields: tuple[str, ...] = LOG_
         d("worker_processes", 1),
         d("pid", workdir / "nginx.pid"),
         d("error_log", workdir / "error.log", "warn"),
-        d("events", block=[d("worker_connections", 1024)]),
+        d("worker_rlimit_nofile", open_files()),
+        d("events", block=[d("worker_connections", WORKER_CONNECTIONS)]),
         d("http", block=[d("log_format", "hotpath", log_format(fields)),
                           d("access_log", workdir / "access.log", "hotpath"), *temp, *http]),
     ]

@@ -37,9 +37,16 @@ class NginxConfig(Protocol):
         ...
 
 
-def _accepts(port: int) -> bool:
+def _host(config) -> str:
+    """Where this host reaches the config's listeners: its listen address (the tenant gateway's
+    --listen; 127.0.0.1 for other configs), or loopback when that is every interface."""
+    address = getattr(config, "listen_address", "127.0.0.1")
+    return "127.0.0.1" if address in ("0.0.0.0", "*", "") else address
+
+
+def _accepts(port: int, host: str = "127.0.0.1") -> bool:
     try:
-        socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+        socket.create_connection((host, port), timeout=0.5).close()
         return True
     except OSError:
         return False
@@ -55,12 +62,12 @@ class LocalNginx:
 
     @property
     def grpc_url(self) -> str:
-        return f"127.0.0.1:{self.settings.grpc_port}"
+        return f"{_host(self.settings)}:{self.settings.grpc_port}"
 
     @property
     def http_url(self) -> str:
         """The config's HTTP port (the tenant gateway has one, the replica balancer not)."""
-        return f"127.0.0.1:{self.settings.http_port}"
+        return f"{_host(self.settings)}:{self.settings.http_port}"
 
     @property
     def access_log(self) -> Path:
@@ -123,17 +130,18 @@ class LocalNginx:
     def _start(self, timeout: float) -> "LocalNginx":
         self.dir.chmod(0o755)   # workers run as an unprivileged user when the master is root
         self.write_config()
-        busy = [port for port in self.settings.listen_ports if not port_is_free(port)]
+        address = getattr(self.settings, "listen_address", "127.0.0.1")
+        busy = [port for port in self.settings.listen_ports if not port_is_free(port, address)]
         if busy:
-            raise HotpathError(f"nginx cannot listen on 127.0.0.1 port(s) {busy}: already in use")
+            raise HotpathError(f"nginx cannot listen on {address} port(s) {busy}: already in use")
         self.process = subprocess.Popen(self._cmd(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                                         start_new_session=True)
         # Started = its pid file names it and every listen port accepts. NGINX writes the pid file only
         # once it has bound every port (after a failed bind it retries for 2.5 s, then exits without
         # one), so a port accepting on behalf of another process is not taken for NGINX. The ports
         # are checked too: refused connections were seen right after the pid file appeared, on a busy host.
-        t0 = time.monotonic()
-        while not (self._pid_file_is_ours() and all(_accepts(port) for port in self.settings.listen_ports)):
+        t0, host = time.monotonic(), _host(self.settings)
+        while not (self._pid_file_is_ours() and all(_accepts(port, host) for port in self.settings.listen_ports)):
             if self.process.poll() is not None or time.monotonic() - t0 > timeout:
                 raise HotpathError(f"nginx did not start: {self._error_log()}")
             time.sleep(0.02)

@@ -1,11 +1,17 @@
 """`python -m hotpath.openai_api`: the OpenAI-compatible API as a process of its own (uvicorn + uvloop +
 httptools, one worker: one gRPC channel). `hotpath serve` starts it beside tritonserver; the container
-runs it beside tritonserver too (docker/entrypoint.sh)."""
+runs it beside tritonserver too (docker/entrypoint.sh).
+
+Slow and idle clients are bounded as at the gateway's doors (hotpath.settings' CLIENT_* and KEEPALIVE_*
+timeouts): request heads by hotpath.openai_api.connections, bodies by the app (408), and at most
+OPENAI_MAX_CONNECTIONS connections answered at once (503 beyond: uvicorn's limit_concurrency), within the
+descriptors this process may open (raised to its hard limit)."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import resource
 import sys
 from pathlib import Path
 
@@ -48,9 +54,25 @@ def main(argv: list[str] | None = None) -> int:
     api = OpenAIAPI(config)
     logging.getLogger("hotpath.openai_api").info(
         f"serving {', '.join(api.models)} on http://{args.host}:{args.port}/v1 (Triton at {args.grpc_url})")
-    uvicorn.run(api.app, host=args.host, port=args.port, loop=args.loop, http="httptools", access_log=False,
-                log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+    from hotpath.openai_api.connections import protocol
+
+    max_connections = settings.openai_max_connections()
+    _raise_open_files(max_connections)
+    uvicorn.run(api.app, host=args.host, port=args.port, loop=args.loop, access_log=False, log_level="warning",
+                lifespan="on", timeout_graceful_shutdown=5, http=protocol(settings.client_header_timeout_s()),
+                timeout_keep_alive=settings.keepalive_timeout_s(), limit_concurrency=max_connections)
     return 0
+
+
+def _raise_open_files(connections: int) -> None:
+    """The soft descriptor limit up to the hard one (often 1024 soft): each connection holds one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft != resource.RLIM_INFINITY and soft < connections + 256:
+        logging.getLogger("hotpath.openai_api").warning(
+            f"{connections} connections allowed but only {soft} descriptors: raise `ulimit -n`")
 
 
 if __name__ == "__main__":

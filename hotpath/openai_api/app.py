@@ -2,9 +2,11 @@
 
 Routes: POST /v1/embeddings, /v1/chat/completions, /v1/completions; GET /v1/models[/{id}], /health,
 /metrics. Every answer other than 200 is an OpenAI error object (hotpath.openai_api.errors), unknown
-routes and methods included. Bodies are bounded before they are parsed (413), parsed strictly (400
-naming the field), and at most `max_in_flight` requests are answered at once (429 with Retry-After
-beyond that: a fast refusal instead of a queue in front of Triton's own).
+routes and methods included. Bodies are bounded before they are parsed (413), must keep arriving (408
+when nothing came for `body_timeout_s`), are parsed strictly (400 naming the field), and at most
+`max_in_flight` requests are answered at once (429 with Retry-After beyond that: a fast refusal instead
+of a queue in front of Triton's own). A request takes its place among those only once its body is whole:
+half-sent bodies hold a connection (hotpath.openai_api.connections bounds those), never a place.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from hotpath import settings
 from hotpath.openai_api import errors
 from hotpath.openai_api.answer_cache import (
     SEMANTIC_HEADER,
@@ -65,6 +68,7 @@ class APIConfig:
     api_key: str | None = field(default=None, repr=False)   # None: no key (behind the tenant gateway, or loopback)
     redis: RedisTarget | None = None   # the fleet's Redis: answers cached for every replica (answer_cache); None: none
     semantic_model: str = "text_embedding"   # the endpoint whose vectors the semantic cache compares
+    body_timeout_s: float = field(default_factory=settings.client_body_timeout_s)   # 408 when a body stalls this long
 
 
 def json_response(body: dict, status: int = 200, headers: dict | None = None) -> Response:
@@ -128,12 +132,11 @@ class OpenAIAPI:
 
     def route(self, name: str, handler, counted: bool = True):
         async def run(request: Request) -> Response:
-            slot = _Slot(self, name)
+            slot = _Slot(self, name, counted)
             model, response = "-", None
             try:
                 self._authorize(request)
-                if counted:
-                    slot.take()
+                slot.refuse_when_full()   # before the body is read: refusing stays cheap
                 request.state.slot = slot
                 response, model = await handler(request)
             except APIError as error:
@@ -159,24 +162,34 @@ class OpenAIAPI:
                            "authentication_error", None, "invalid_api_key")
 
     async def _body(self, request: Request, schema):
-        """The request's body parsed as `schema`; 413 beyond max_body_bytes (read no further), 400 otherwise."""
-        limit = self.config.max_body_bytes
-        length = request.headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > limit):
-            raise errors.body_too_large(limit) if length.isdigit() else errors.invalid("Bad Content-Length")
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise errors.body_too_large(limit)
-            chunks.append(chunk)
-        raw = b"".join(chunks)
+        """The request's body parsed as `schema`, its request counted in flight once the body is whole; 413
+        beyond max_body_bytes (read no further), 408 when it stalls, 400 when it does not parse."""
+        raw = await self._read(request)
+        request.state.slot.take()
         try:
             parsed = schema.model_validate_json(raw)
         except ValidationError as exc:
             raise errors.from_validation(exc) from None
         request.state.raw = raw
         return parsed
+
+    async def _read(self, request: Request) -> bytes:
+        limit, stall_s = self.config.max_body_bytes, self.config.body_timeout_s
+        length = request.headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > limit):
+            raise errors.body_too_large(limit) if length.isdigit() else errors.invalid("Bad Content-Length")
+        chunks, size, stream = [], 0, request.stream()
+        while True:
+            try:   # each read, as NGINX's client_body_timeout (wait_for, not asyncio.timeout: the image runs 3.10)
+                chunk = await asyncio.wait_for(stream.__anext__(), stall_s)
+            except StopAsyncIteration:
+                return b"".join(chunks)
+            except asyncio.TimeoutError:
+                raise errors.body_timeout(stall_s) from None
+            size += len(chunk)
+            if size > limit:
+                raise errors.body_too_large(limit)
+            chunks.append(chunk)
 
     # -- the fleet's answer cache (answer_cache)
 
@@ -398,14 +411,20 @@ class _Slot:
     """A request's place among those in flight, and its latency: released once, when its answer is complete
     (a stream's when the stream ends)."""
 
-    def __init__(self, api: OpenAIAPI, route: str):
-        self.api, self.route, self.started = api, route, time.perf_counter()
+    def __init__(self, api: OpenAIAPI, route: str, counted: bool = True):
+        self.api, self.route, self.counted, self.started = api, route, counted, time.perf_counter()
         self.held = self.released = False
 
+    def refuse_when_full(self) -> None:
+        if self.counted and self.api.in_flight >= self.api.config.max_in_flight:
+            raise errors.overloaded(self.api.config.max_in_flight)
+
     def take(self) -> None:
+        """Counted in flight from now (its body is whole); 429 when the others fill the cap."""
+        if not self.counted or self.held:
+            return
+        self.refuse_when_full()
         api = self.api
-        if api.in_flight >= api.config.max_in_flight:
-            raise errors.overloaded(api.config.max_in_flight)
         api.in_flight += 1
         api.metrics.in_flight.inc()
         self.held = True

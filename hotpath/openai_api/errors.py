@@ -1,6 +1,6 @@
 """Errors in the OpenAI shape: `{"error": {"message", "type", "param", "code"}}` with the HTTP status the
 official SDK turns into its typed exceptions (400 BadRequestError, 401 AuthenticationError, 404
-NotFoundError, 413, 429 RateLimitError, 500, 503).
+NotFoundError, 408 (a body that stopped arriving), 413, 429 RateLimitError, 500, 503).
 
 Triton's answers map one to one through hotpath.client's classification (`client_error`, which also
 reads the "<model>: [STATUS] " tag of a stream's error): INVALID_ARGUMENT -> 400, RESOURCE_EXHAUSTED ->
@@ -23,16 +23,17 @@ class APIError(Exception):
     """An answer other than 200, in the OpenAI shape."""
 
     def __init__(self, status: int, message: str, type: str = "invalid_request_error", param: str | None = None,
-                 code: str | None = None, retry_after_s: int | None = None):
+                 code: str | None = None, retry_after_s: int | None = None, close: bool = False):
         super().__init__(message)
         self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
-        self.retry_after_s = retry_after_s
+        self.retry_after_s, self.close = retry_after_s, close
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
     def headers(self) -> dict[str, str]:
-        return {"retry-after": str(self.retry_after_s)} if self.retry_after_s is not None else {}
+        headers = {"retry-after": str(self.retry_after_s)} if self.retry_after_s is not None else {}
+        return {**headers, "connection": "close"} if self.close else headers
 
 
 def invalid(message: str, param: str | None = None, code: str | None = None) -> APIError:
@@ -51,6 +52,12 @@ def model_not_found(model: str) -> APIError:
 
 def body_too_large(limit: int) -> APIError:
     return APIError(413, f"Request body larger than {limit} bytes", "invalid_request_error", None, "request_too_large")
+
+
+def body_timeout(stall_s: float) -> APIError:
+    """A body that stopped arriving: answered, and its connection closed (uvicorn closes on `connection: close`)."""
+    return APIError(408, f"Request body incomplete: nothing arrived for {stall_s:g} s", "invalid_request_error", None,
+                    "request_timeout", close=True)
 
 
 def overloaded(cap: int) -> APIError:

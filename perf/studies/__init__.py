@@ -24,5 +24,6 @@ STUDIES: dict[str, tuple[str, str]] = {
     "retrieval_compare": ("perf.compare.retrieval", "retrieval vs pgvector, two hops and FastAPI"),
     "retrieval_latency": ("perf.studies.retrieval_latency", "retrieval in one model vs its parts at c=1"),
     "semantic_cache": ("perf.studies.semantic_cache", "paraphrase and near-miss prompt pairs: semantic cache hit / false-hit rates"),
+    "slow_clients": ("perf.studies.slow_clients", "a normal client beside 1,000 half-sent + 1,000 idle connections per door"),
     "soak": ("perf.studies.soak", "every endpoint at a steady open-loop load for minutes"),
 }

@@ -315,11 +315,18 @@ def leak(text: str) -> str:
 
 
 class Runner:
-    def __init__(self, triton, gateway):
+    """Sends cases and judges the answers. `triton` needs `process` (tritonserver's pid, poll()), stop() and
+    start(); its `grpc_url` may be None where tests reach it through the gateway only (tests/integration/
+    test_production_shape.py): then the clean requests' answers are the gateway's (`reference="gateway"`)
+    and no case is sent directly."""
+
+    def __init__(self, triton, gateway, reference: str = "direct", report: Path | None = None):
         self.triton, self.gateway = triton, gateway
+        self.reference_path, self.report = reference, report or REPORT
+        self.planned, self.test_file = len(PARAMS), "tests/integration/test_malformed_corpus.py"   # for the report
         self.channels = {path: grpc.insecure_channel(url, options=[("grpc.max_send_message_length", 64 << 20),
                                                                     ("grpc.max_receive_message_length", 64 << 20)])
-                         for path, url in (("direct", triton.grpc_url), ("gateway", gateway.grpc_url))}
+                         for path, url in (("direct", triton.grpc_url), ("gateway", gateway.grpc_url)) if url}
         self.refs: dict[Clean, dict] = {}
         self.verdicts: list[Verdict] = []
         self.restarts: list[str] = []
@@ -339,17 +346,18 @@ class Runner:
         return self.triton.http_url if path == "direct" else self.gateway.http_url
 
     def reference(self, c: Clean) -> dict:
-        """The clean request's answer, sent directly over gRPC."""
+        """The clean request's answer, sent over gRPC directly (or through the gateway: `reference`)."""
         if c not in self.refs:
             msg = malformed.clean_request(c, request_id="ref")
+            path = self.reference_path
             if c.decoupled:
-                answer, responses = send_stream(self.channels["direct"],
-                                                [malformed.stream_params(msg).SerializeToString()], ())
+                answer, responses = send_stream(self.channels[path],
+                                                [malformed.stream_params(msg).SerializeToString()], self.metadata(path))
                 errors = [e for _, e, _, _ in responses if e]
                 assert answer.kind == "success" and not errors, f"clean {c.model} request failed: {answer.short()} {errors}"
                 self.refs[c] = combine([o for _, e, o, _ in responses if o])
             else:
-                answer = send_unary(self.channels["direct"], msg.SerializeToString(), ())
+                answer = send_unary(self.channels[path], msg.SerializeToString(), self.metadata(path))
                 assert answer.kind == "success", f"clean {c.model} request failed: {answer.short()}"
                 self.refs[c] = answer.outputs
         return self.refs[c]
@@ -490,9 +498,10 @@ class Runner:
             model = "text_embedding"   # generation costs tokens (a stream case's own next request probes it)
         failed = self.good(model, path)
         if failed:
-            again = self.good(model, "direct")
+            again = self.good(model, "direct") if "direct" in self.channels else failed
             return self.repair("server no longer serves", f"a good {model} request on {path} failed: {failed}"
-                               + ("" if path == "direct" else f" (directly: {again or 'served'})")) \
+                               + ("" if path == "direct" or "direct" not in self.channels
+                                  else f" (directly: {again or 'served'})")) \
                 if again else ("gateway no longer serves", f"a good {model} request through the gateway failed: {failed}")
         return None
 
@@ -538,9 +547,9 @@ class Runner:
         lines = [f"# Malformed-request corpus: failures by class{' (run in progress)' if partial else ''}",
                  "",
                  f"{time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; {len(self.verdicts)} sends of "
-                 f"{len(PARAMS)} ({len(CASES)} requests), {len(failed)} failed, "
+                 f"{self.planned} ({len(CASES)} requests), {len(failed)} failed, "
                  f"{time.monotonic() - self.started:.0f} s; commit {_commit()}.",
-                 "Run: `flock /tmp/hotpath-it.lock .venv/bin/python -m pytest tests/integration/test_malformed_corpus.py -q`",
+                 f"Run: `flock /tmp/hotpath-it.lock .venv/bin/python -m pytest {self.test_file} -q`",
                  "", "Sends by path and protocol: " + ", ".join(f"{p}/{q} {n}" for (p, q), n in sorted(sends.items())),
                  ""]
         answers = Counter(f"{v.answer.kind} {v.answer.status}".strip() if v.answer else "no answer"
@@ -573,9 +582,9 @@ class Runner:
             lines += ["## The gateway's error log (NGINX [error]/[crit]/[alert] lines, distinct, first 15)", "", "```",
                       *errors, "```", ""]
         lines += ["## Every failing test id", "", "```"] + [f"{v.path}-{v.case.id}  [{v.klass}]" for v in failed] + ["```"]
-        tmp = REPORT.with_suffix(".tmp")
+        tmp = self.report.with_suffix(".tmp")
         tmp.write_text("\n".join(lines) + "\n")
-        tmp.replace(REPORT)
+        tmp.replace(self.report)
 
 
 def _gateway_dir(gateway) -> Path | None:

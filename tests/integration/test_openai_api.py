@@ -6,11 +6,11 @@ Embeddings through the API must equal the gRPC endpoint's on the suite's multili
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -194,21 +194,21 @@ def test_unknown_field_is_refused_naming_it(sdk):
 
 
 def test_rate_limit_error_at_capacity(triton):
-    """One request holds the only slot (its body never finishes arriving); the next gets 429 + Retry-After."""
+    """One request holds the only slot (a whole body of 512 long texts, being embedded: seconds); the next gets
+    429 + Retry-After. A body still arriving holds none (tests/integration/test_openai_slow_clients.py)."""
+    big = json.dumps({"model": MODEL, "input": [f"text {i} " + "word " * 100 for i in range(512)]})
     with OpenAIServer(triton.grpc_url, free_ports(1)[0], triton.repository, extra_args=["--max-in-flight", "1"]) as api:
-        held = socket.create_connection((api.host, api.port))
-        try:
-            held.sendall(b"POST /v1/embeddings HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
-                         b"content-length: 100\r\n\r\n{\"model\": ")
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            held = pool.submit(_post, api, "/v1/embeddings", big.encode())
             while _metric(api, "hotpath_openai_requests_in_flight") < 1:
-                time.sleep(0.05)
+                assert not held.done(), held.result()[:2]
+                time.sleep(0.01)
             with openai.OpenAI(base_url=api.base_url, api_key="unused", max_retries=0) as client:
                 with pytest.raises(openai.RateLimitError) as err:
                     client.embeddings.create(model=MODEL, input="x")
             assert err.value.response.headers["retry-after"] == "1"
             assert err.value.body["code"] == "server_overloaded"
-        finally:
-            held.close()
+            assert held.result()[0] == 200
         while _metric(api, "hotpath_openai_requests_in_flight") > 0:   # the slot comes back
             time.sleep(0.05)
         with openai.OpenAI(base_url=api.base_url, api_key="unused", max_retries=0) as client:

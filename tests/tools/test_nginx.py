@@ -121,7 +121,7 @@ def test_a_busy_listen_port_is_named_and_leaves_nothing_behind():
 
 def test_another_process_accepting_on_the_port_is_not_taken_for_nginx(monkeypatch):
     """The port taken between the check and NGINX's bind: it never writes its pid file and exits."""
-    monkeypatch.setattr(nginx_process, "port_is_free", lambda port: True)
+    monkeypatch.setattr(nginx_process, "port_is_free", lambda port, host="127.0.0.1": True)
     port = free_ports(1)[0]
     with _listening(port):
         gateway = LocalNginx(ReplicaBalancer(port, UPSTREAMS))

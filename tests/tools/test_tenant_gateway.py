@@ -213,14 +213,17 @@ def test_config_parses_back_and_nginx_accepts_it(tmp_path, replicas):
         if loc["args"][0].startswith("@"):
             answers[loc["args"][0]] = {d["args"][1] for d in loc["block"] if d["args"][:1] == ["grpc-status"]}
     assert answers == {"@unauthenticated": {"16"}, "@admin_only": {"7"}, "@no_streams": {"14"},
-                       "@too_large": {"3"}, "@overloaded": {"14"}, "@streams_full": {"14"}, "@unreachable": {"14"}}
+                       "@too_large": {"3"}, "@overloaded": {"14"}, "@streams_full": {"14"}, "@unreachable": {"14"},
+                       "@tenant_busy": {"8"}}
     http_codes = {loc["args"][0]: [d["args"][0] for d in loc["block"] if d["directive"] == "return"][0]
                   for loc in _find(http["block"], "location") if loc["args"][0].startswith("@")}
     assert http_codes == {"@unauthenticated": "401", "@admin_only": "403", "@no_streams": "503",
-                          "@too_large": "413", "@overloaded": "503", "@streams_full": "503", "@unreachable": "502"}
+                          "@too_large": "413", "@overloaded": "503", "@streams_full": "503", "@unreachable": "502",
+                          "@tenant_busy": "429"}
     pages = {tuple(d["args"]) for d in grpc["block"] if d["directive"] == "error_page"}
     assert pages == {("401", "=", "@unauthenticated"), ("403", "=", "@admin_only"),
-                     ("413", "=", "@too_large"), ("503", "=", "@overloaded"), ("502", "504", "=", "@unreachable")}
+                     ("413", "=", "@too_large"), ("503", "=", "@overloaded"), ("502", "504", "=", "@unreachable"),
+                     ("429", "=", "@tenant_busy")}
     # The failover policy of the replica balancer (hotpath.nginx.upstreams): inference, health and metadata
     # go to another replica when one fails; streams never do (a replayed stream would repeat its tokens).
     for server, protocol in ((grpc, "grpc"), (http, "proxy")):
@@ -235,7 +238,7 @@ def test_config_parses_back_and_nginx_accepts_it(tmp_path, replicas):
     (stream,) = [loc for loc in _find(grpc["block"], "location") if loc["args"][-1] == GRPC_STREAM]
     stream_pages = {tuple(d["args"]) for d in stream["block"] if d["directive"] == "error_page"}
     assert stream_pages == pages - {("401", "=", "@unauthenticated"), ("403", "=", "@admin_only"),
-                                    ("503", "=", "@overloaded")} | {("503", "=", "@streams_full")}
+                                    ("503", "=", "@overloaded"), ("429", "=", "@tenant_busy")} | {("503", "=", "@streams_full")}
 
 
 def test_nginx_rejects_a_config_whose_token_map_is_missing(tmp_path):

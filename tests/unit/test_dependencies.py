@@ -42,7 +42,8 @@ def declared() -> dict[str, str]:
 
 def third_party_imports() -> dict[str, str]:
     """Dotted module -> the first file importing it, for every absolute import outside the stdlib, hotpath and the
-    lab; the lab's (perf/compare, perf/studies) are declared in the `perf` extra."""
+    lab; the lab's (perf/compare, perf/studies) are declared in the `perf` extra. A study may use a harness of
+    the tests' (tests/slow_clients.py): the lab runs in a checkout."""
     found = {}
     lab = [*(paths.ROOT / "perf").glob("*.py"), *(paths.ROOT / "perf" / "compare").rglob("*.py"),
            *(paths.ROOT / "perf" / "studies").rglob("*.py")]
@@ -55,7 +56,7 @@ def third_party_imports() -> dict[str, str]:
             else:
                 continue
             for module in modules:
-                if module.split(".")[0] not in sys.stdlib_module_names | {"hotpath", "perf", "__future__"}:
+                if module.split(".")[0] not in sys.stdlib_module_names | {"hotpath", "perf", "tests", "__future__"}:
                     found.setdefault(module, str(path.relative_to(paths.ROOT)))
     return found
 
