@@ -143,6 +143,9 @@ cache_dir = _setting("CACHE_DIR", "/cache", str, "container: volume for rebuilt 
 on_incompatible = _setting("ON_INCOMPATIBLE", "rebuild", str,
                            "container: a plan that does not fit the GPU: rebuild | fail")
 watchdog = _setting("WATCHDOG", True, _flag, "container: 0 execs tritonserver without the stub watchdog")
+tenants_file = _setting("TENANTS_FILE", "/etc/hotpath/tenants/tenants.toml", str,
+                        "gateway container (docker/gateway/entrypoint.sh): the tenants file, a mounted Secret; "
+                        "SIGHUP reads it again")
 tune_at_start = _setting("TUNE_AT_START", "off", str, "container: `quick` tunes this host once at first start "
                         "(result in the cache volume's tuned.json); `off`")
 

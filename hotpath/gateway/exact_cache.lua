@@ -104,6 +104,11 @@ function M.lookup(namespace, endpoint, model, header_length, data)
   if not cfg or not model.cacheable or not namespace or namespace == "" or not link.enabled() then
     return
   end
+  -- The key holds the decoded path, the upstream gets the raw one: a raw path that decodes to another
+  -- (text_embedding%2Finfer) is not the call whose answer is stored under the decoded one.
+  if ngx.var.request_uri:match("^[^?]*") ~= ngx.var.uri then
+    return
+  end
   local key = M.key(namespace, endpoint, ngx.var.uri .. "\n" .. header_length .. "\n" .. data)
   local value, version = fetch(endpoint, model, key)
   if value == false then
@@ -134,7 +139,9 @@ function M.header()
   if not ctx.cache_key then
     return
   end
-  if ngx.status ~= 200 then
+  -- An encoded answer (the client accepted gzip) is not what another client asked for: a hit carries no
+  -- content-encoding.
+  if ngx.status ~= 200 or ngx.header["content-encoding"] then
     ctx.cache_key = nil
     return
   end
