@@ -55,11 +55,15 @@ class Tensor:
 class InferenceRequest:
     """What Triton passes to execute(): the request's input tensors by name (`inputs` as numpy)."""
 
-    def __init__(self, **inputs: np.ndarray):
+    def __init__(self, parameters: str = "{}", **inputs: np.ndarray):
         self._inputs = [Tensor(name, array) for name, array in inputs.items()]
+        self._parameters = parameters   # Triton's JSON text: the gateway's headers arrive here
 
     def inputs(self) -> list[Tensor]:
         return list(self._inputs)
+
+    def parameters(self) -> str:
+        return self._parameters
 
 
 class InferenceResponse:
@@ -86,6 +90,40 @@ def get_output_tensor_by_name(response: InferenceResponse, name: str) -> Tensor 
     return next((t for t in response.output_tensors() if t.name() == name), None)
 
 
+class Metric:
+    """A custom metric's series; `value` is what Triton would publish."""
+
+    def __init__(self, labels: dict[str, str]):
+        self.labels, self.value = dict(labels), 0.0
+
+    def increment(self, amount: float) -> None:
+        if amount < 0:
+            raise TritonModelException("a counter cannot be decremented")
+        self.value += amount
+
+    def set(self, value: float) -> None:
+        self.value = value
+
+    def observe(self, value: float) -> None:
+        self.value += value
+
+
+class MetricFamily:
+    """python_backend's custom metric family; `series` holds every Metric made from it."""
+    COUNTER, GAUGE, HISTOGRAM = range(3)
+    families: dict[str, "MetricFamily"] = {}   # by name, across the test process (tests clear it)
+
+    def __init__(self, name: str, description: str, kind: int):
+        self.name, self.description, self.kind = name, description, kind
+        self.series: list[Metric] = []
+        MetricFamily.families[name] = self
+
+    def Metric(self, labels: dict[str, str] | None = None, **kwargs) -> Metric:  # noqa: N802 (Triton's name)
+        metric = Metric(labels or {})
+        self.series.append(metric)
+        return metric
+
+
 class Logger:
     @staticmethod
     def log_info(message: str) -> None:
@@ -104,7 +142,7 @@ def stand_in_module() -> types.ModuleType:
     module = types.ModuleType("triton_python_backend_utils")
     module.TRITONSERVER_RESPONSE_COMPLETE_FINAL = TRITONSERVER_RESPONSE_COMPLETE_FINAL
     for name in ("TritonError", "TritonModelException", "Tensor", "InferenceRequest", "InferenceResponse",
-                 "get_input_tensor_by_name", "get_output_tensor_by_name", "Logger"):
+                 "get_input_tensor_by_name", "get_output_tensor_by_name", "Logger", "MetricFamily"):
         setattr(module, name, globals()[name])
     return module
 

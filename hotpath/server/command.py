@@ -23,6 +23,7 @@ import sys
 from dataclasses import dataclass, field
 
 from hotpath import settings
+from hotpath.runtime.tenancy import FORWARD_PATTERN
 from hotpath.server.admin import restricted_api_flags
 from hotpath.server.tracing import OtlpTracing
 
@@ -77,6 +78,9 @@ class TritonCommand:
                 "--log-info=true",
                 # Latency quantiles per model, which the dashboards and alerts of monitoring/ read.
                 "--metrics-config=summary_latencies=true",
+                # The tenant and collection the gateway set reach the models as request parameters
+                # (hotpath.runtime.tenancy).
+                f"--grpc-header-forward-pattern={FORWARD_PATTERN}", f"--http-header-forward-pattern={FORWARD_PATTERN}",
                 # Repository, shared memory, logging, trace and statistics APIs only with the admin key.
                 *restricted_api_flags(self.admin_key)]
         if self.model_control == "explicit":
