@@ -1,4 +1,4 @@
-"""A deterministic corpus of malformed requests for every public endpoint (issue 25, item 8).
+"""A deterministic corpus of malformed requests for every public endpoint.
 
 `corpus()` returns the same list of `Case`s on every call (one seeded `random.Random`, no network): raw
 HTTP requests (bytes on the wire: request line, headers, body) and gRPC messages (serialized
@@ -1020,7 +1020,7 @@ def name_cases(b: Builder) -> None:
         b.http(model, "internal", "valid-version", json.dumps(d).encode() + t, c,
                target=model_path(model, "infer", "1"), internal=True,
                headers=[(b"Inference-Header-Content-Length", str(len(json.dumps(d).encode())).encode())] if t else ())
-    # internal models with inputs they must refuse themselves (issue 25 item 1: they validate too)
+    # internal models with inputs they must refuse themselves (they validate too)
     enc = endpoint("text_encoder")
     for label, ids in {"id-past-vocab": [101, 10**6, 102], "id-negative": [101, -5, 102], "id-int64-max": [101, 2**63 - 1, 102]}.items():
         inputs = (tensor(enc, "input_ids", ids), tensor(enc, "attention_mask", [1, 1, 1]),

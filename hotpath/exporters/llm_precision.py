@@ -215,7 +215,7 @@ def vllm_scores(model_dir: Path, windows: list[list[int]], dtype: str, quantizat
         request, result = Path(tmp) / "request.json", Path(tmp) / "result.json"
         request.write_text(json.dumps({"model": str(model_dir), "dtype": DTYPES.get(dtype, dtype),
                                        "quantization": quantization, "windows": windows}))
-        # 2 compute threads on the 2-core hosts (../shared/RUNTIME_NOTES.md: 'auto' keeps one).
+        # 2 compute threads on the 2-core hosts (docs/runtime_notes.md: 'auto' keeps one).
         cores = f"0-{(os.cpu_count() or 1) - 1}"
         env = {"VLLM_CPU_OMP_THREADS_BIND": cores, **os.environ, "VLLM_CPU_NUM_OF_RESERVED_CPU": "0", "LC_ALL": "C.UTF-8", "HF_HUB_OFFLINE": "1"}
         done = subprocess.run([str(python), str(VLLM_SCRIPT), str(request), str(result)], env=env,

@@ -8,7 +8,7 @@ generation_config.json) is what vLLM loads (python_backends/text_generation). Ch
 saved weights read back equal the reference's bit for bit, and the saved tokenizer.json encodes like the
 GGUF tokenizer. On every build (exported or not), `gate` runs the precision gate for the dtype the model is
 served with on this host (hotpath.exporters.llm_precision: teacher-forced agreement with fp32 and perplexity on
-held-out text, no worse than llama.cpp's Q4_1; issue 26 item 4) and the build fails when it does not pass.
+held-out text, no worse than llama.cpp's Q4_1) and the build fails when it does not pass.
 """
 
 from __future__ import annotations

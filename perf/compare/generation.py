@@ -342,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-# --- the LLM benchmark: genai-perf's stock flags (issue 26) ----------------------------------------------------
+# --- the LLM benchmark: genai-perf's stock flags ----------------------------------------------------
 
 GENAI_SYSTEMS = ("hotpath", "llama.cpp")
 GENAI_CONCURRENCY = (1, 8)
@@ -430,7 +430,7 @@ def genai_benchmark(systems: tuple[str, ...], concurrency: tuple[int, ...], requ
 
 
 def genai_goals(rows, costs: dict, old_itl: tuple[float, float] | None) -> list[str]:
-    """Issue 26's goals, each with its figures and MET / MISSED."""
+    """The goals, each with its figures and MET / MISSED."""
     by = {(r.label, r.concurrency): r for r in rows}
     ours8, cpp8, ours1, cpp1 = (by.get(k) for k in (("hotpath", 8), ("llama.cpp", 8), ("hotpath", 1), ("llama.cpp", 1)))
     mark = (lambda ok: "MET" if ok else "MISSED")
@@ -462,7 +462,7 @@ def genai_section(rows, costs: dict, goals: list[str], run: str) -> str:
     cost_lines = ["| system | load to ready s | peak RSS MiB (process tree) |", "|---|---|---|"]
     cost_lines += [f"| {name} | {load:.1f} | {rss:.0f} |" for name, (load, rss) in costs.items()]
     return "\n".join([GENAI_BEGIN, "## LLM benchmark (genai-perf, stock flags)\n", run + "\n", markdown_table(rows), "",
-                      *cost_lines, "", "Goals (issue 26):\n", *goals, GENAI_END])
+                      *cost_lines, "", "Goals:\n", *goals, GENAI_END])
 
 
 def write_section(path: Path, section: str, begin: str = GENAI_BEGIN, end: str = GENAI_END) -> None:

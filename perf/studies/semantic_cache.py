@@ -31,7 +31,7 @@ REPORT = paths.ROOT / "perf" / "reports" / "semantic_cache.md"
 THRESHOLDS = tuple(round(0.70 + 0.01 * i, 2) for i in range(30))   # 0.70 .. 0.99
 FINE_THRESHOLDS = tuple(round(0.991 + 0.001 * i, 3) for i in range(10))   # 0.991 .. 1.000: where none above is
 KIND_THRESHOLDS = (0.85, 0.90, 0.95, 0.99)
-MAX_FALSE_HIT_RATE = 0.01   # issue 29: the default threshold's false-hit rate is below 1%
+MAX_FALSE_HIT_RATE = 0.01   # the default threshold's false-hit rate is below 1%
 Z95 = 1.959963984540054
 NOTES_MARKER = "<!-- notes: kept when the report is regenerated -->"
 

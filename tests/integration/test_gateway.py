@@ -303,7 +303,7 @@ def _stream_outcomes(url, tenant, count, timeout_s=120):
 
 
 def test_every_message_of_a_stream_counts_against_the_tenant_rate(generation_gateway):
-    """One stream carried 300 requests at 233/s for a tenant limited to 5 r/s (issue 25): now each message
+    """One stream carried 300 requests at 233/s for a tenant limited to 5 r/s: now each message
     is charged; beta (2/s, burst 3) gets about its rate however many messages one stream carries."""
     time.sleep(2.5)   # beta's budget refills after the tests before
     started = time.perf_counter()
@@ -372,7 +372,7 @@ def test_a_json_body_nested_past_the_bound_is_400_and_triton_stays_up(gateway, t
 
 def test_a_busy_tenant_does_not_starve_another(gateway):
     """alpha keeps 8 max-size batches in flight (the whole in-flight cap, far under its rate); delta's small
-    calls meanwhile are all admitted (issue 25 saw 117 of 117 refused). Latency figures: the fairness study."""
+    calls meanwhile are all admitted (before this, 117 of 117 were refused). Latency figures: the fairness study."""
     batch = [f"alpha batch text {i} " * 20 for i in range(32)]
     stop, errors = threading.Event(), []
 

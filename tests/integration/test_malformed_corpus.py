@@ -1,4 +1,4 @@
-"""The malformed-request corpus (tests/malformed.py, issue 25 item 8) against a real tritonserver, directly and
+"""The malformed-request corpus (tests/malformed.py) against a real tritonserver, directly and
 through the tenant gateway, over HTTP, gRPC and gRPC streams: one test per case and path.
 
 A case passes when its answer is a refusal (HTTP 400/401/403/404/413/429 and the framing refusals
@@ -513,7 +513,7 @@ class Runner:
         self.restarts.append(f"{klass}: {why}")
         old = [pid for pid in self.stubs]
         self.triton.stop()
-        for pid in old:   # stubs of the old server (issue 25 item 7: they may outlive it)
+        for pid in old:   # stubs of the old server (they may outlive it)
             try:
                 psutil.Process(pid).kill()
             except psutil.NoSuchProcess:

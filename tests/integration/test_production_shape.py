@@ -1,4 +1,4 @@
-"""The production shape (issue 38, item 5): the stack started from what docker/compose.yaml and the rendered
+"""The production shape: the stack started from what docker/compose.yaml and the rendered
 Kubernetes manifests (deploy/overlays/cpu with deploy/redis) name, each container a local process
 (tests/stack.py: the loaders, and every substitution a container runtime would not make), then called on the
 published ports only.

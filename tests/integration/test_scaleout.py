@@ -42,7 +42,7 @@ def test_no_request_fails_when_a_replica_dies(result):
     assert result.gateway_errors or result.retried, "the kill met no call in flight: nothing was proven"
 
 
-# Known defect (issue 25, closing note of 2026-12-03): through the tenant gateway a gRPC call whose body
+# Known defect (found 2026-12-03): through the tenant gateway a gRPC call whose body
 # front_door.lua has read fails on NGINX's retry to the next replica, which is then marked down for
 # fail_timeout; the client's own retry still answers every call (test_no_request_fails_when_a_replica_dies).
 GATEWAY_RETRY_DEFECT = "a gRPC call whose body front_door.lua read fails on NGINX's retry to the next replica"

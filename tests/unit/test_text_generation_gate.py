@@ -1,4 +1,4 @@
-"""`hotpath build` gates text_generation's precision (issue 26 item 4), wired without the heavy parts: the
+"""`hotpath build` gates text_generation's precision, wired without the heavy parts: the
 exporter gates the dtype this host serves; a failing verdict is a BuildError naming both figures; the served
 figures are cached, so an unchanged rebuild measures nothing; missing tools fail saying what to install;
 repository_build runs an exporter's gate on every build, exported or skipped."""

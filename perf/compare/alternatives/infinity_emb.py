@@ -4,7 +4,7 @@ all-MiniLM-L6-v2 files with its ONNX Runtime (optimum) engine and mean pooling.
 It lives in its own venv (`.hotpath/infinity-venv`): it pins transformers 4.x, optimum and its own
 server stack, which conflict with hotpath's. Its optimum engine needs an ONNX export of the model
 (`optimum-cli export onnx`), finds it only with model id `.` started from that folder, and pools the
-first token unless told `--pooling-method mean` (../shared/RUNTIME_NOTES.md, measured 2026-12-03).
+first token unless told `--pooling-method mean` (docs/runtime_notes.md, measured 2026-12-03).
 """
 
 from __future__ import annotations

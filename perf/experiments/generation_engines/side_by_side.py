@@ -1,4 +1,4 @@
-"""The former ONNX Runtime engine vs vLLM for text_generation, one run on one host (issue 26 item 6).
+"""The former ONNX Runtime engine vs vLLM for text_generation, one run on one host.
 
     flock /tmp/hotpath-bench.lock .venv/bin/python perf/experiments/generation_engines/side_by_side.py \
         --old /tmp/tg-old/repo [--rounds 2]

@@ -1,5 +1,5 @@
 """Would 4-bit weights make a vLLM decode step faster on this CPU? The linear layers of one SmolLM2-135M decode step,
-fp32 vs 4-bit, at 1 and 8 sequences (issue 26 item 5; perf/reports/text_generation.md, section "4-bit weights").
+fp32 vs 4-bit, at 1 and 8 sequences (perf/reports/text_generation.md, section "4-bit weights").
 
 vLLM 0.32's CPU 4-bit weight-only kernel (CPUWNA16, `cpu_gemm_wna16`) is not in its AVX2 build, so a 4-bit
 checkpoint cannot run a vLLM step here (hotpath.exporters.llm_int4). This measures what such a kernel would change,
