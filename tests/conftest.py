@@ -40,3 +40,15 @@ def pytest_collection_modifyitems(items):
         limits = [VLLM_FIXTURES[f] for f in getattr(item, "fixturenames", ()) if f in VLLM_FIXTURES]
         if limits and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(max(limits)))
+
+
+@pytest.fixture(scope="module")
+def pg():
+    """A Postgres + pgvector server of the test module's own (hotpath.retrieval.pgserver_local), removed after it."""
+    from hotpath.retrieval.pgserver_local import LocalPostgres
+
+    server = LocalPostgres()   # not under tmp_path: see LocalPostgres
+    try:
+        yield server.start()
+    finally:
+        server.remove()

@@ -1,7 +1,7 @@
 """The `retrieval` endpoint's documents in Postgres + pgvector: one shared index for a fleet of replicas.
 
-One table (id text primary key, embedding vector(dim), document text) with an HNSW index on the inner
-product (`vector_ip_ops`; the vectors are normalized, so that is the cosine). A write is one
+One table (collection text, id text, embedding vector(dim), document text; primary key (collection, id))
+with an HNSW index on the inner product (`vector_ip_ops`; the vectors are normalized, so that is the cosine). A write is one
 transaction committed with Postgres' defaults (synchronous_commit, fsync): when `upsert` or `delete`
 returns, the write is in the WAL and every replica's next search sees it. A batch of queries is one
 statement (a LATERAL join over the query array), so one round trip.
@@ -9,6 +9,21 @@ statement (a LATERAL join over the query array), so one round trip.
 A refused or broken connection raises `StoreUnavailableError` (a `ConnectionError`: the server's
 fault, never the request's); the next call reconnects, and a call that finds its connection broken
 reconnects and retries once (every operation here is idempotent).
+
+Collections (hotpath.retrieval.store): the SQL itself keeps tenants apart. The collection is
+part of the key, and every statement names it as a bound parameter: writes `WHERE collection = %s` /
+`INSERT (collection, ...) ON CONFLICT (collection, id)`, searches `WHERE collection = ANY(%s)` with
+[own, 'shared'] (and a shared row only when the own collection has no row of that id, so the tenant's
+version wins), `drop_collection` `DELETE ... WHERE collection = %s`. Chosen over row-level security:
+every replica connects as one database role and the tenant is a per-request value, so RLS would need a
+`SET app.collection` per statement (a GUC that a forgotten reset leaks into the next request on the same
+connection) for no extra protection against this code; and a key column lets the primary key index answer
+"does this tenant hold that id" and a whole tenant's delete. A table from before collections (id as its
+sole key) is migrated in place, once, under an advisory lock: its rows become 'shared'.
+
+pgvector 0.6 (the pgserver wheel's) applies the collection filter after the HNSW scan, so a search
+returns fewer than k rows when other tenants' documents take more than ef_search - k of the nearest
+candidates; with pgvector >= 0.8 the store turns on `hnsw.iterative_scan` (strict order), which scans on.
 """
 
 from __future__ import annotations
@@ -25,6 +40,7 @@ import numpy as np
 from hotpath.errors import HotpathError
 from hotpath.retrieval.store import Hits
 from hotpath.runtime.parameters import RetrievalParameters
+from hotpath.runtime.tenancy import SHARED
 
 DSN_ENV = "HOTPATH_PG_DSN"
 DEFAULT_TABLE = RetrievalParameters.pg_table
@@ -115,6 +131,9 @@ class PgVectorStore:
             conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=self.connect_timeout_s)
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
             register_vector(conn)
+            version = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0]
+            if tuple(int(p) for p in re.findall(r"\d+", version)[:2]) >= (0, 8):
+                conn.execute("SET hnsw.iterative_scan = strict_order")   # filtered searches scan on
         except psycopg.OperationalError as exc:
             raise StoreUnavailableError(f"pgvector store: cannot connect: {str(exc).strip()}") from exc
         self._ef_now = 0
@@ -156,13 +175,36 @@ class PgVectorStore:
         from psycopg import sql
 
         with conn.transaction():
-            conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id text PRIMARY KEY, embedding vector({}) NOT NULL, "
-                                 "document text NOT NULL)").format(sql.Identifier(self.table), sql.Literal(self.dim)))
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('hotpath_schema'), hashtext(%s))", (self.table,))
+            conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (collection text NOT NULL DEFAULT 'shared', id text "
+                                 "NOT NULL, embedding vector({}) NOT NULL, document text NOT NULL, "
+                                 "PRIMARY KEY (collection, id))").format(sql.Identifier(self.table),
+                                                                         sql.Literal(self.dim)))
+            self._migrate(conn)
             found = conn.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = "
                                  "%s::regclass AND attname = 'embedding'", (self.table,)).fetchone()[0]
             if found != f"vector({self.dim})":
                 raise HotpathError(f"pgvector store: table {self.table} holds {found}, not vector({self.dim})")
             self._create_index(conn)
+
+    def _migrate(self, conn) -> None:
+        """A table from before collections (primary key id): add `collection` (its rows become 'shared') and key
+        the table on (collection, id). Idempotent; the caller holds the schema's advisory lock."""
+        if not conn.execute("SELECT 1 FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'collection' "
+                            "AND NOT attisdropped", (self.table,)).fetchone():   # no ALTER's lock when migrated
+            conn.execute(self._sql("ALTER TABLE {table} ADD COLUMN collection text NOT NULL DEFAULT 'shared'"))
+        key = conn.execute(
+            "SELECT c.conname, array_agg(a.attname::text ORDER BY k.n) FROM pg_constraint c "
+            "CROSS JOIN LATERAL unnest(c.conkey) WITH ORDINALITY AS k(attnum, n) "
+            "JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = k.attnum "
+            "WHERE c.conrelid = %s::regclass AND c.contype = 'p' GROUP BY c.conname", (self.table,)).fetchone()
+        if key is None or key[1] != ["collection", "id"]:
+            from psycopg import sql
+
+            if key is not None:
+                conn.execute(sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(sql.Identifier(self.table),
+                                                                                 sql.Identifier(key[0])))
+            conn.execute(self._sql("ALTER TABLE {table} ADD PRIMARY KEY (collection, id)"))
 
     def _create_index(self, conn) -> None:
         from psycopg import sql
@@ -190,11 +232,12 @@ class PgVectorStore:
 
     # -- VectorStore ------------------------------------------------------------------------------------
 
-    def search(self, vectors: np.ndarray, k: int) -> Hits:
+    def search(self, vectors: np.ndarray, k: int, collection: str = SHARED) -> Hits:
+        """Top-k of `collection` and 'shared' (an id in both: `collection`'s); 'shared' alone for SHARED."""
         vectors = self._vectors(vectors)
         if k <= 0:
             raise ValueError(f"k must be positive, not {k}")
-        rows = self._call(self._search, vectors, int(k)) if len(vectors) else []
+        rows = self._call(self._search, vectors, int(k), str(collection)) if len(vectors) else []
         n = len(vectors)
         ids = [[""] * k for _ in range(n)]
         documents = [[""] * k for _ in range(n)]
@@ -204,7 +247,7 @@ class PgVectorStore:
             scores[query - 1, rank - 1] = score
         return Hits(ids, scores, documents)
 
-    def _search(self, conn, vectors: np.ndarray, k: int) -> list[tuple]:
+    def _search(self, conn, vectors: np.ndarray, k: int, collection: str) -> list[tuple]:
         # HNSW returns at most ef_search rows per scan: a k above it would come back short.
         ef = max(self.ef_search, k)
         if ef != self._ef_now:
@@ -213,10 +256,14 @@ class PgVectorStore:
         return conn.execute(self._sql(
             "SELECT q.i, row_number() OVER (PARTITION BY q.i ORDER BY d.distance), d.id, d.document, -d.distance "
             "FROM unnest(%s::vector[]) WITH ORDINALITY AS q(v, i) "
-            "CROSS JOIN LATERAL (SELECT id, document, embedding <#> q.v AS distance FROM {table} "
-            "ORDER BY embedding <#> q.v LIMIT %s) AS d"), (list(vectors), k)).fetchall()
+            "CROSS JOIN LATERAL (SELECT s.id, s.document, s.embedding <#> q.v AS distance FROM {table} AS s "
+            "WHERE s.collection = ANY(%s) AND (s.collection = %s OR NOT EXISTS "
+            "(SELECT 1 FROM {table} AS o WHERE o.collection = %s AND o.id = s.id)) "
+            "ORDER BY s.embedding <#> q.v LIMIT %s) AS d"),
+            (list(vectors), sorted({collection, SHARED}), collection, collection, k)).fetchall()
 
-    def upsert(self, ids: Sequence[str], vectors: np.ndarray, documents: Sequence[str]) -> None:
+    def upsert(self, ids: Sequence[str], vectors: np.ndarray, documents: Sequence[str],
+               collection: str = SHARED) -> None:
         vectors = self._vectors(vectors)
         ids, documents = self._texts("ids", ids), self._texts("documents", documents)
         if not len(ids) == len(vectors) == len(documents):
@@ -226,22 +273,33 @@ class PgVectorStore:
         last = {id_: n for n, id_ in enumerate(ids)}   # a repeated id: the last one wins, as in a loop of upserts
         keep = sorted(last.values())
         if keep:
-            self._call(self._upsert, [ids[n] for n in keep], [vectors[n] for n in keep], [documents[n] for n in keep])
+            self._call(self._upsert, [ids[n] for n in keep], [vectors[n] for n in keep], [documents[n] for n in keep],
+                       str(collection))
 
-    def _upsert(self, conn, ids: list[str], vectors: list[np.ndarray], documents: list[str]) -> None:
+    def _upsert(self, conn, ids: list[str], vectors: list[np.ndarray], documents: list[str], collection: str) -> None:
         conn.execute(self._sql(
-            "INSERT INTO {table} (id, embedding, document) SELECT * FROM unnest(%s::text[], %s::vector[], %s::text[]) "
-            "ON CONFLICT (id) DO UPDATE SET embedding = EXCLUDED.embedding, document = EXCLUDED.document"),
-            (ids, vectors, documents))
+            "INSERT INTO {table} (collection, id, embedding, document) SELECT %s, * FROM unnest(%s::text[], "
+            "%s::vector[], %s::text[]) ON CONFLICT (collection, id) DO UPDATE SET embedding = EXCLUDED.embedding, "
+            "document = EXCLUDED.document"), (collection, ids, vectors, documents))
 
-    def delete(self, ids: Sequence[str]) -> int:
+    def delete(self, ids: Sequence[str], collection: str = SHARED) -> int:
         ids = self._texts("ids", ids)
-        return self._call(lambda conn: conn.execute(self._sql("DELETE FROM {table} WHERE id = ANY(%s)"),
-                                                    (ids,)).rowcount) if ids else 0
+        return self._call(lambda conn: conn.execute(self._sql(
+            "DELETE FROM {table} WHERE collection = %s AND id = ANY(%s)"), (str(collection), ids)).rowcount) if ids else 0
 
-    def write(self, ops: Sequence[tuple[str, str, str, np.ndarray | None]]) -> list[bool]:
-        """Upserts and deletes in order, one transaction: `ops` are (op, id, document, vector); returns per
-        op whether the id existed before it (as the in-process store's `write`)."""
+    def drop_collection(self, collection: str) -> int:
+        """Delete every document of `collection` (one statement, one transaction); returns how many there were."""
+        return self._call(lambda conn: conn.execute(self._sql("DELETE FROM {table} WHERE collection = %s"),
+                                                    (str(collection),)).rowcount)
+
+    def collection_names(self) -> dict[str, int]:
+        """Live documents per collection."""
+        return dict(self._call(lambda conn: conn.execute(self._sql(
+            "SELECT collection, count(*) FROM {table} GROUP BY collection ORDER BY collection")).fetchall()))
+
+    def write(self, ops: Sequence[tuple[str, str, str, np.ndarray | None]], collection: str = SHARED) -> list[bool]:
+        """Upserts and deletes of `collection` in order, one transaction: `ops` are (op, id, document, vector);
+        returns per op whether the id existed there before it (as the in-process store's `write`)."""
         checked = []
         for op, doc_id, document, vector in ops:
             if op not in ("upsert", "delete") or not doc_id:
@@ -249,37 +307,43 @@ class PgVectorStore:
             (doc_id,), (document,) = self._texts("ids", [doc_id]), self._texts("documents", [document or ""])
             checked.append((op, doc_id, document, self._vectors(np.reshape(vector, (1, -1)))[0]
                             if op == "upsert" else None))
-        return self._call(self._write, checked) if checked else []
+        return self._call(self._write, checked, str(collection)) if checked else []
 
-    def _write(self, conn, ops: list) -> list[bool]:
+    def _write(self, conn, ops: list, collection: str) -> list[bool]:
         existed = []
         with conn.transaction():
             for op, doc_id, document, vector in ops:
                 if op == "upsert":
                     # xmax is 0 on a freshly inserted row, the updating transaction's id on a replaced one
                     existed.append(conn.execute(self._sql(
-                        "INSERT INTO {table} (id, embedding, document) VALUES (%s, %s, %s) ON CONFLICT (id) DO UPDATE "
-                        "SET embedding = EXCLUDED.embedding, document = EXCLUDED.document RETURNING xmax <> 0"),
-                        (doc_id, vector, document)).fetchone()[0])
+                        "INSERT INTO {table} (collection, id, embedding, document) VALUES (%s, %s, %s, %s) "
+                        "ON CONFLICT (collection, id) DO UPDATE SET embedding = EXCLUDED.embedding, "
+                        "document = EXCLUDED.document RETURNING xmax <> 0"),
+                        (collection, doc_id, vector, document)).fetchone()[0])
                 else:
-                    existed.append(conn.execute(self._sql("DELETE FROM {table} WHERE id = %s"), (doc_id,)).rowcount > 0)
+                    existed.append(conn.execute(self._sql("DELETE FROM {table} WHERE collection = %s AND id = %s"),
+                                                (collection, doc_id)).rowcount > 0)
         return existed
 
-    def get(self, doc_id: str) -> str | None:
-        """The stored document of `doc_id`, or None."""
-        row = self._call(lambda conn: conn.execute(self._sql("SELECT document FROM {table} WHERE id = %s"),
-                                                   (str(doc_id),)).fetchone())
+    def get(self, doc_id: str, collection: str = SHARED) -> str | None:
+        """The stored document of `doc_id` in `collection`, or None."""
+        row = self._call(lambda conn: conn.execute(self._sql(
+            "SELECT document FROM {table} WHERE collection = %s AND id = %s"), (str(collection), str(doc_id))).fetchone())
         return row[0] if row else None
 
     def stats(self) -> dict:
         return {"documents": self.count(), "store": "pgvector", "table": self.table, "pid": os.getpid()}
 
-    def count(self) -> int:
-        return self._call(lambda conn: conn.execute(self._sql("SELECT count(*) FROM {table}")).fetchone()[0])
+    def count(self, collection: str | None = None) -> int:
+        if collection is None:
+            return self._call(lambda conn: conn.execute(self._sql("SELECT count(*) FROM {table}")).fetchone()[0])
+        return self._call(lambda conn: conn.execute(self._sql("SELECT count(*) FROM {table} WHERE collection = %s"),
+                                                    (str(collection),)).fetchone()[0])
 
     def load(self, ids: Sequence[str], vectors: np.ndarray, documents: Sequence[str]) -> dict[str, float]:
-        """Replace every document with these (building from a corpus): COPY into the emptied table without
-        its index, then build the HNSW index once, all in one transaction (readers see old or new).
+        """Replace the shared corpus with these (building from a corpus): COPY into the table without its
+        index, then build the HNSW index once, all in one transaction (readers see old or new). Tenants'
+        collections are kept.
         Returns the seconds each phase took (copy_s, index_s)."""
         vectors = self._vectors(vectors)
         ids, documents = self._texts("ids", ids), self._texts("documents", documents)
@@ -298,15 +362,19 @@ class PgVectorStore:
         conn.execute(self._sql("VACUUM (ANALYZE) {table}"))
 
     def _copy_and_index(self, conn, ids, vectors, documents) -> dict[str, float]:
-        """Inside the caller's transaction: empty the table, COPY the rows in, build the index once."""
+        """Inside the caller's transaction: empty the shared collection, COPY the rows in, build the index once."""
         t0 = time.perf_counter()
         conn.execute(self._sql("DROP INDEX IF EXISTS {index}"))
-        conn.execute(self._sql("TRUNCATE {table}"))
-        with conn.cursor().copy(self._sql("COPY {table} (id, embedding, document) FROM STDIN WITH (FORMAT BINARY)")
-                                ) as copy:
-            copy.set_types(["text", "vector", "text"])
+        if conn.execute(self._sql("SELECT EXISTS (SELECT 1 FROM {table} WHERE collection <> %s)"),
+                        (SHARED,)).fetchone()[0]:
+            conn.execute(self._sql("DELETE FROM {table} WHERE collection = %s"), (SHARED,))   # tenants' rows stay
+        else:
+            conn.execute(self._sql("TRUNCATE {table}"))
+        with conn.cursor().copy(self._sql("COPY {table} (collection, id, embedding, document) FROM STDIN WITH "
+                                          "(FORMAT BINARY)")) as copy:
+            copy.set_types(["text", "text", "vector", "text"])
             for row in zip(ids, vectors, documents):
-                copy.write_row(row)
+                copy.write_row((SHARED, *row))
         t1 = time.perf_counter()
         self._create_index(conn)
         return {"copy_s": t1 - t0, "index_s": time.perf_counter() - t1}

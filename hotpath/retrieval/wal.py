@@ -2,9 +2,12 @@
 is acknowledged, read back from any offset.
 
 A record is `<u32 payload length><u32 crc32(payload)>payload`, the payload a JSON header, a NUL and
-(for an upsert) the float32 vector's raw bytes. A crash can leave at most the last record torn: a
-reader stops at the first short or corrupt record and reports the offset of the last good one, so a
-writer (under the store's lock) truncates the torn tail before appending after it.
+(for an upsert) the float32 vector's raw bytes. The header names the record's collection (a tenant's, or
+"shared": hotpath.runtime.tenancy); a record written before collections existed has none and replays into
+"shared". Op "drop" (no id) empties its collection: every write to it with a lower seq is gone. A crash
+can leave at most the last record torn: a reader stops at the first short or corrupt record and reports
+the offset of the last good one, so a writer (under the store's lock) truncates the torn tail before
+appending after it.
 """
 
 from __future__ import annotations
@@ -19,22 +22,26 @@ from typing import Iterable
 
 import numpy as np
 
+from hotpath.runtime.tenancy import SHARED
+
 _FRAME = struct.Struct("<II")
 MAX_RECORD = 1 << 26   # a length beyond this is garbage, not a record
 
 
 @dataclass(frozen=True)
 class Record:
-    """One write: `op` is "upsert" (with vector and document) or "delete"; `seq` orders all writes."""
+    """One write: `op` is "upsert" (with vector and document), "delete" or "drop" (the whole collection);
+    `seq` orders all writes, of every collection."""
 
     seq: int
     op: str
     id: str
     document: str = ""
     vector: np.ndarray | None = None
+    collection: str = SHARED
 
     def encode(self) -> bytes:
-        head = {"seq": self.seq, "op": self.op, "id": self.id}
+        head = {"seq": self.seq, "op": self.op, "id": self.id, "collection": self.collection}
         if self.op == "upsert":
             head["document"] = self.document
         payload = json.dumps(head, ensure_ascii=False).encode() + b"\0"
@@ -47,7 +54,8 @@ class Record:
         head, _, raw = payload.partition(b"\0")
         meta = json.loads(head)
         vector = np.frombuffer(raw, dtype="<f4").astype(np.float32) if raw else None
-        return Record(int(meta["seq"]), meta["op"], meta["id"], meta.get("document", ""), vector)
+        return Record(int(meta["seq"]), meta["op"], meta["id"], meta.get("document", ""), vector,
+                      meta.get("collection", SHARED))   # a record from before collections: the shared corpus
 
 
 def read_records(path: Path, offset: int = 0) -> tuple[list[Record], int]:

@@ -152,14 +152,7 @@ def test_writes_survive_a_stub_kill_and_a_restart(server, repo, data_dir):
     with RetrievalClient(server.grpc_url) as c:
         c.upsert(ids, docs)
         c.delete(ids[2:])
-    guard = Watchdog(server, census_s=0.2, probe_s=1.0).start()
-    try:
-        os.kill(stub_pids(server.process.pid, "retrieval")[0], signal.SIGKILL)
-        deadline = time.monotonic() + 90
-        while not any(r.recovered_at for r in guard.recoveries) and time.monotonic() < deadline:
-            time.sleep(0.2)
-    finally:
-        guard.stop()
+    guard = kill_retrieval_stub(server)
     assert [r.models for r in guard.recoveries][:1] == [["retrieval"]], guard.recoveries
     assert probe(server.grpc_url, Repository(repo).configs()["retrieval"]).ok
 
@@ -175,3 +168,17 @@ def test_writes_survive_a_stub_kill_and_a_restart(server, repo, data_dir):
         assert ids[0] in first and ids[1] in first and ids[2] not in deleted
     finally:
         restarted.stop()
+
+
+def kill_retrieval_stub(server) -> Watchdog:
+    """kill -9 the retrieval stub under a watchdog and wait (up to 90 s) until it recovers; the watchdog,
+    stopped, holds the recoveries."""
+    guard = Watchdog(server, census_s=0.2, probe_s=1.0).start()
+    try:
+        os.kill(stub_pids(server.process.pid, "retrieval")[0], signal.SIGKILL)
+        deadline = time.monotonic() + 90
+        while not any(r.recovered_at for r in guard.recoveries) and time.monotonic() < deadline:
+            time.sleep(0.2)
+    finally:
+        guard.stop()
+    return guard

@@ -15,7 +15,6 @@ import pytest
 
 from hotpath.client import RetrievalClient, ServerUnavailableError
 from hotpath.retrieval.pg_variant import SOURCE, build_dir, pgvector_repository
-from hotpath.retrieval.pgserver_local import LocalPostgres
 from hotpath.retrieval.pgvector_store import PgVectorStore
 from tests.integration import test_retrieval as endpoint_tests
 from tests.integration.test_retrieval import (  # noqa: F401  (collected here too, on pgvector)
@@ -30,14 +29,6 @@ from tests.integration.test_retrieval import (  # noqa: F401  (collected here to
 
 TABLE = "retrieval_documents"
 
-
-@pytest.fixture(scope="module")
-def pg():
-    server = LocalPostgres()
-    try:
-        yield server.start()
-    finally:
-        server.remove()
 
 
 @pytest.fixture(scope="module")

@@ -15,15 +15,6 @@ from hotpath.retrieval.pgvector_store import DSN_ENV, PgVectorStore, StoreUnavai
 DIM = 16
 
 
-@pytest.fixture(scope="module")
-def pg():
-    server = LocalPostgres()   # not under tmp_path: see LocalPostgres
-    try:
-        yield server.start()
-    finally:
-        server.remove()
-
-
 @pytest.fixture
 def table(request) -> str:
     return request.node.name.lower().replace("[", "_").replace("]", "").replace("-", "_")[:60]
@@ -241,3 +232,120 @@ def test_seeded_once_from_the_build_output_with_its_vectors(pg, table, tmp_path)
     first.delete(ids[:10])
     again = PgVectorStore.from_params(params, base_dir=tmp_path)   # a second replica: no second seed
     assert again.count() == 54
+
+
+# -- collections: the SQL keeps tenants apart ------------------------------------------------------
+
+def test_collections_are_apart_and_searches_merge_own_and_shared(pg, table):
+    ids, vectors, docs = corpus(100, seed=13)
+    s = store(pg, table)
+    s.load(ids, vectors, docs)                                   # the built corpus: "shared"
+    q = vectors[:1]
+    shared_top = s.search(q, 5).ids[0]
+    assert shared_top[0] == ids[0]
+    near = unit(vectors[:1] + 0.05 * unit(np.random.default_rng(14).standard_normal((1, DIM))))
+    assert s.write([("upsert", ids[0], "alpha's own", -q[0]), ("upsert", "a-near", "near", near[0])],
+                   "alpha") == [False, False]                    # alpha shadows ids[0] for itself only
+    mine = s.search(q, 5, "alpha")
+    assert mine.ids[0] == ["a-near"] + shared_top[1:5]           # shared ids[0] hidden, alpha's far away
+    assert (np.diff(mine.scores[0]) <= 1e-6).all()
+    everything = s.search(q, 101, "alpha")   # 100 shared - 1 hidden + 2 own
+    assert everything.ids[0].count(ids[0]) == 1 and everything.ids[0][-1] == ids[0]
+    assert everything.documents[0][-1] == "alpha's own"
+    for other in ("beta", "local", "shared"):
+        assert s.search(q, 5, other).ids[0] == shared_top, other
+        assert "a-near" not in s.search(q, 102, other).ids[0]
+    # another tenant cannot delete or replace alpha's, nor a shared document
+    assert s.delete(["a-near", ids[1]], "beta") == 0
+    assert s.write([("delete", ids[2], "", None)], "alpha") == [False]
+    assert s.get("a-near", "alpha") == "near" and s.get(ids[2]) == docs[2] and s.get("a-near") is None
+    assert s.collection_names() == {"alpha": 2, "shared": 100}
+    s.upsert(["b"], near, ["beta's"], "beta")
+    assert (s.count("alpha"), s.count("beta"), s.count("shared"), s.count()) == (2, 1, 100, 103)
+    assert s.drop_collection("alpha") == 2
+    assert s.collection_names() == {"beta": 1, "shared": 100} and s.search(q, 1, "alpha").ids == [[ids[0]]]
+    s.load(ids[:50], vectors[:50], docs[:50])                    # a rebuilt corpus keeps the tenants
+    assert s.collection_names() == {"beta": 1, "shared": 50}
+
+
+def test_every_statement_names_its_collection(pg, table):
+    """The partition is in the SQL: the key is (collection, id), and the text of each write and search carries
+    a collection condition (a statement without one would fail this, whatever the Python around it does)."""
+    s = store(pg, table)
+    key = s._conn.execute("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = %s::regclass AND "
+                          "contype = 'p'", (table,)).fetchone()[0]
+    assert key == "PRIMARY KEY (collection, id)"
+    seen = []
+    real = s._conn.execute
+
+    def spy(query, *args, **kwargs):
+        text = query if isinstance(query, str) else query.as_string(s._conn)
+        seen.append(text)
+        return real(query, *args, **kwargs)
+    s._conn.execute = spy
+    _, vectors, _ = corpus(2, seed=15)
+    s.write([("upsert", "x", "doc", vectors[0]), ("delete", "y", "", None)], "alpha")
+    s.upsert(["z"], vectors[1:], ["z"], "alpha")
+    s.delete(["z"], "alpha")
+    s.get("x", "alpha")
+    s.search(vectors, 3, "alpha")
+    s.drop_collection("alpha")
+    statements = [t for t in seen if table in t]
+    assert len(statements) == 7
+    assert all("collection = %s" in t or "collection = ANY(%s)" in t or "(collection, id" in t for t in statements)
+    assert all("collection" in t for t in statements)
+
+
+def test_a_table_from_before_collections_is_migrated_once(pg, table):
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    ids, vectors, docs = corpus(20, seed=16)
+    with psycopg.connect(pg.dsn, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        register_vector(conn)
+        conn.execute(f"CREATE TABLE {table} (id text PRIMARY KEY, embedding vector({DIM}) NOT NULL, "
+                     "document text NOT NULL)")
+        conn.execute(f"CREATE INDEX {table}_hnsw ON {table} USING hnsw (embedding vector_ip_ops)")
+        for row in zip(ids, vectors, docs):
+            conn.execute(f"INSERT INTO {table} (id, embedding, document) VALUES (%s, %s, %s)", row)
+    s = store(pg, table)                      # migrates: the old rows become the shared corpus
+    again = store(pg, table)                  # a second replica: nothing left to do
+    assert again.collection_names() == {"shared": 20} and s.get(ids[3]) == docs[3]
+    assert s.search(vectors[3:4], 1, "alpha").ids == [[ids[3]]]
+    s.upsert([ids[3]], vectors[4:5], ["alpha's"], "alpha")          # the same id in another collection
+    assert s.get(ids[3]) == docs[3] and s.get(ids[3], "alpha") == "alpha's"
+    key = s._conn.execute("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = %s::regclass AND "
+                          "contype = 'p'", (table,)).fetchone()[0]
+    assert key == "PRIMARY KEY (collection, id)"
+
+
+def test_acknowledged_writes_of_every_collection_survive_a_crash(pg, table):
+    ids, vectors, docs = corpus(10, seed=17)
+    s = store(pg, table)
+    s.upsert(ids[:5], vectors[:5], docs[:5], "alpha")
+    s.upsert(ids[:3], vectors[5:8], ["beta"] * 3, "beta")
+    s.delete(ids[:1], "beta")
+    pg.kill()
+    pg.start()
+    assert s.collection_names() == {"alpha": 5, "beta": 2}
+    assert s.get(ids[0], "alpha") == docs[0] and s.get(ids[0], "beta") is None and s.get(ids[1], "beta") == "beta"
+
+
+def test_the_drop_collection_command_on_pgvector(pg, table, capsys):
+    from hotpath.cli import main as cli_main
+
+    ids, vectors, docs = corpus(6, seed=18)
+    serving = store(pg, table)            # a replica, running
+    serving.load(ids[:3], vectors[:3], docs[:3])
+    serving.upsert(ids[3:5], vectors[3:5], docs[3:5], "alpha")
+    serving.upsert(ids[5:], vectors[5:], docs[5:], "beta")
+    where = ["--store", "pgvector", "--pg-dsn", pg.dsn, "--pg-table", table]
+    assert cli_main(["retrieval", "drop-collection", "alpha", *where]) == 0
+    assert "dropped collection alpha: 2 documents" in capsys.readouterr().out
+    assert serving.collection_names() == {"beta": 1, "shared": 3}
+    assert ids[3] not in serving.search(vectors[3:4], 6, "alpha").ids[0]
+    assert cli_main(["retrieval", "drop-collection", "shared", *where]) == 1
+    assert serving.count("shared") == 3
+    assert cli_main(["retrieval", "collections", *where]) == 0
+    assert capsys.readouterr().out.split() == ["beta", "1", "shared", "3"]
