@@ -260,6 +260,13 @@ def _allow_busy_flag(p: argparse.ArgumentParser) -> None:
                    help="measure even when other processes keep the CPU busy (env HOTPATH_ALLOW_BUSY=1)")
 
 
+def _usage_arguments(p: argparse.ArgumentParser) -> None:
+    from hotpath.usage_report import add_arguments, cmd_usage
+
+    add_arguments(p)
+    p.set_defaults(func=lambda args, **_: cmd_usage(args))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hotpath", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -326,6 +333,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="retrieval")
     p.set_defaults(func=cmd_search)
 
+    from hotpath.retrieval.admin import add_commands as add_retrieval_commands
+
+    add_retrieval_commands(sub)   # `hotpath retrieval drop-collection NAME`, `hotpath retrieval collections`
+
     p = sub.add_parser("classify", help="top-5 ImageNet labels for image files (JPEG, PNG, WebP) over gRPC")
     p.add_argument("files", nargs="+")
     p.add_argument("--url", default=settings.grpc_url())
@@ -387,6 +398,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("monitoring", help="regenerate monitoring/ (rules, dashboards) and deploy/'s generated files")
     p.add_argument("--check", action="store_true", help="fail when a generated file is stale; write nothing")
     p.set_defaults(func=cmd_monitoring)
+
+    p = sub.add_parser("usage", help="what each tenant used (requests, tokens, images, documents written): from "
+                                     "Prometheus over a window, or totals since start from metrics endpoints")
+    _usage_arguments(p)
 
     p = sub.add_parser("study", help="moved to the lab: `python -m perf study NAME` from a checkout")
     p.add_argument("study_args", nargs=argparse.REMAINDER)

@@ -46,6 +46,7 @@ def _serve_with(args: argparse.Namespace, redis) -> int:
         signal.signal(sig, lambda number, _: (signals.append(number), wake.set()))
     with TenantGateway(config) as gateway:
         log.info(f"[gateway] {gateway.summary()}")
+        _warn(config)
         try:
             while signal.SIGTERM not in signals:
                 wake.wait(0.5)
@@ -77,6 +78,12 @@ def gateway_settings(args: argparse.Namespace, redis) -> TenantGatewaySettings:
         openai=openai_config() if openai_upstreams else {})
 
 
+def _warn(config: TenantGatewaySettings) -> None:
+    """The tenants' scopes that deserve a look: tenants without any, names nothing serves."""
+    for warning in config.warnings():
+        log.warning(f"[gateway] scopes: {warning}")
+
+
 def _reload_tenants(gateway: TenantGateway, path: str) -> None:
     """Serve the tenants file as it is now; a broken file keeps the tenants served before."""
     try:
@@ -85,6 +92,7 @@ def _reload_tenants(gateway: TenantGateway, path: str) -> None:
         log.error(f"[gateway] reload refused, still serving the previous tenants: {exc}")
         return
     log.info(f"[gateway] reloaded: {len(gateway.settings.tenants)} tenant(s)")
+    _warn(gateway.settings)
 
 
 def command_line() -> argparse.ArgumentParser:

@@ -12,6 +12,7 @@ sees the status, not an HTTP error), HTTP with Triton's JSON error body.
 | tenant's open requests (hotpath.gateway.client_bounds) | `limit_conn` on the tenant (preaccess) | 8 RESOURCE_EXHAUSTED | 429 |
 | body size | `client_max_body_size` (access, as the body is read) | 3 INVALID_ARGUMENT | 413 |
 | public endpoint (no internal step model) | front_door.lua (access) | 5 NOT_FOUND | 404 |
+| the tenant's scopes grant the model (a store: its level grants a write) | front_door.lua (access) | 7 PERMISSION_DENIED | 403 |
 | HTTP body: JSON nesting, KServe v2 shape, the model's inputs | front_door.lua (access) | - | 400 |
 | tenant's requests/s and generated tokens/min (GCRA) | front_door.lua (access) | 8 RESOURCE_EXHAUSTED | 429 |
 | tenant's fair share of in-flight calls and items | front_door.lua (access) | 14 UNAVAILABLE | 503 |
@@ -24,6 +25,12 @@ draw on one budget per tenant.
 Tenants may call inference, streams (gRPC ModelStreamInfer, HTTP generate and generate_stream),
 health, metadata and model config; repository, shared-memory, trace, logging and statistics APIs
 are answered by the gateway (they need Triton's admin key, which belongs to operators).
+
+Every call passed upstream (Triton gRPC and HTTP, the stream admission, the OpenAI API) carries the
+gateway's `x-hotpath-tenant` (the tenant's name) and `x-hotpath-collection` (the tenant's name; "shared" for a
+store call by a tenant with "admin" on that store), set by grpc_set_header / proxy_set_header, which drop a
+client's header of the same name in any letter case (hotpath.runtime.tenancy). Body parameters named
+x-hotpath-* are refused (front_door.REFUSED_PARAMETERS).
 
 Upstreams get the failover policy of hotpath.nginx.upstreams (measured in perf/reports/failover.md):
 a replica that fails is skipped, and inference and read-only calls go to another one.
@@ -46,6 +53,7 @@ from hotpath.gateway import client_bounds, openai_door
 from hotpath.gateway.front_door import (
     ADMITTED_VARIABLE,
     CHARGE_SOCKET,
+    COLLECTION_VARIABLE,
     CONFIG_FILE,
     SHARED_DICT,
     STREAM_TENANT_HEADER,
@@ -56,6 +64,7 @@ from hotpath.gateway.front_door import (
     lua_call,
     module_paths,
     public_models,
+    scope_warnings,
     work_cap,
 )
 from hotpath.gateway.tenants import Tenant
@@ -63,7 +72,8 @@ from hotpath.nginx.access_log import GRPC_HEADER_FIELD, TENANT_FIELD
 from hotpath.nginx.access_log import LOG_FIELDS as NGINX_LOG_FIELDS
 from hotpath.nginx.directives import d, grpc_error, main_context, render
 from hotpath.nginx.upstreams import FAIL_TIMEOUT_S, connect_timeout, retry_idempotent, upstream
-from hotpath.shared_state.cache_key import DEFAULT_TTL_S
+from hotpath.runtime.tenancy import COLLECTION_HEADER, TENANT_HEADER
+from hotpath.shared_state.cache_key import DEFAULT_TTL_S, NAMESPACE_HEADER
 from hotpath.shared_state.target import RedisTarget
 
 # Refusal messages: the client sees them as the gRPC status message or the HTTP error text.
@@ -144,6 +154,10 @@ class TenantGatewaySettings:
     def directives(self, workdir: Path) -> list[dict]:
         return config(self, workdir)
 
+    def warnings(self) -> list[str]:
+        """What to log at start about the tenants' scopes (front_door.scope_warnings)."""
+        return scope_warnings(self.tenants, self.models, self.openai if self.openai_port else None)
+
     @property
     def in_flight_cap(self) -> int:
         return self.max_in_flight * len(self.grpc_upstreams)
@@ -184,6 +198,11 @@ def _checks(protocol: str) -> list[dict]:
         d("set", f"${ADMITTED_VARIABLE}", ""),   # declared for front_door.lua's admission record
         d("if", TENANT, "=", "", block=[d("return", 401)]),
         d(f"{protocol}_set_header", "Authorization", ""),   # the token stops here
+        # who the call is for (hotpath.runtime.tenancy), replacing a client's header of the same name
+        d("set", f"${COLLECTION_VARIABLE}", TENANT),   # front_door.lua sets "shared" for a store's admin
+        d(f"{protocol}_set_header", TENANT_HEADER, TENANT),
+        d(f"{protocol}_set_header", COLLECTION_HEADER, f"${COLLECTION_VARIABLE}"),
+        d(f"{protocol}_set_header", NAMESPACE_HEADER, ""),   # the OpenAI door's: no client sets it anywhere
         d("error_page", 401, "=", "@unauthenticated"),
         d("error_page", 403, "=", "@admin_only"),
         *_error_pages(),
@@ -306,4 +325,6 @@ def _stream_location(s: TenantGatewaySettings, streams: list[dict]) -> list[dict
     return [*streams, *client_bounds.grpc_stream(),
             d("grpc_set_header", "Authorization", ""),   # a location's own headers replace the server's
             d("grpc_set_header", STREAM_TENANT_HEADER, TENANT),
+            d("grpc_set_header", COLLECTION_HEADER, f"${COLLECTION_VARIABLE}"),
+            d("grpc_set_header", NAMESPACE_HEADER, ""),
             d("grpc_pass", f"grpc://127.0.0.1:{s.stream_port}")]

@@ -6,13 +6,17 @@
 -- counted; a miss is marked `miss` and its answer stored after it was sent (log phase, in a timer), only
 -- when the server answered 200 in full. Errors are never cached. Redis down: every call a plain miss.
 --
--- An endpoint with writes (a store: retrieval's OP "upsert" / "delete") has a version in Redis
--- (`store_prefix` .. endpoint, no TTL, so volatile-lru never evicts it). A read's answer is stored with
--- the version it was looked up under and is a hit only while that is still the version; a write moves it
--- on before it is forwarded and again after it was answered, so an answer computed before or during a
--- write is never served after the write's answer (a read racing a write within the same millisecond may
--- see either state). A version that could not be moved (Redis failed) leaves the endpoint uncached on
--- this replica until a move succeeds. Only writes through a gateway move it: see docs/operations.md.
+-- An endpoint with writes (a store: retrieval's OP "upsert" / "delete") keeps its answers per collection
+-- (hotpath.runtime.tenancy: the tenant's name, "shared" for an admin), never in a namespace tenants share,
+-- and has a version per collection in Redis (`store_prefix` .. endpoint .. ":" .. collection, no TTL, so
+-- volatile-lru never evicts it). A read sees its own collection and the shared corpus: its answer is
+-- stored with both versions ("<shared>.<own>") and is a hit only while both still are; a write moves its
+-- collection's version (an admin's: "shared", so every collection's reads) before it is forwarded and again
+-- after it was answered, so an answer computed before or during a write is never served after the write's
+-- answer (a read racing a write within the same millisecond may see either state), and a write by one
+-- tenant leaves the others' cached reads alone. A version that could not be moved (Redis failed) leaves
+-- that collection uncached on this replica until a move succeeds. Only writes through a gateway move it:
+-- see docs/operations.md.
 
 local ffi = require "ffi"
 local link = require "hotpath_redis_link"
@@ -43,13 +47,19 @@ function M.key(namespace, endpoint, request)
   return cfg.prefix .. namespace .. ":" .. endpoint .. ":" .. cfg.build .. ":" .. sha256_hex(request)
 end
 
--- A store's version: move it on (INCR). False when Redis failed: the endpoint is then "dirty" here (its
--- cached reads are not trusted) until a move succeeds.
-local function move_version(endpoint)
+-- A store collection's version key.
+local function version_key(endpoint, collection)
+  return cfg.store_prefix .. endpoint .. ":" .. collection
+end
+
+-- A store collection's version: move it on (INCR). False when Redis failed: the collection is then "dirty"
+-- here (its cached reads are not trusted) until a move succeeds.
+local function move_version(endpoint, collection)
+  local key = version_key(endpoint, collection)
   local ok = link.call(function(red)
-    return red:incr(cfg.store_prefix .. endpoint)
+    return red:incr(key)
   end)
-  local flag = "cache:dirty:" .. endpoint
+  local flag = "cache:dirty:" .. key
   if type(ok) == "number" then
     link.shared():delete(flag)
     return true
@@ -58,40 +68,48 @@ local function move_version(endpoint)
   return false
 end
 
-local function move_later(premature, endpoint)
+local function move_later(premature, endpoint, collection)
   if not premature then
-    move_version(endpoint)
+    move_version(endpoint, collection)
   end
 end
 
--- Access phase of a write to a store endpoint: its version moves now, and again once it was answered.
-function M.write(endpoint)
+-- Access phase of a write to a store endpoint's `collection`: its version moves now, and again once it
+-- was answered.
+function M.write(endpoint, collection)
   if not cfg or not link.enabled() then
     return
   end
-  move_version(endpoint)
-  ngx.ctx.cache_write = endpoint
+  move_version(endpoint, collection)
+  ngx.ctx.cache_write = { endpoint, collection }
+end
+
+-- A collection whose version could not be moved is not trusted until a move succeeds.
+local function clean(endpoint, collection)
+  return not link.shared():get("cache:dirty:" .. version_key(endpoint, collection))
+      or move_version(endpoint, collection)
 end
 
 -- The stored value of `key` (a string) or nil, and the prefix a new answer is stored under ("" or the
--- store's version and a newline); false: do not cache this call.
-local function fetch(endpoint, model, key)
+-- versions of the shared corpus and of the collection, and a newline); false: do not cache this call.
+local function fetch(endpoint, model, key, collection)
   if not model.store then
     return link.call(function(red)
       return red:get(key)   -- nil, err: the connection failed; ngx.null: no entry; false: an error reply
     end), ""
   end
-  if link.shared():get("cache:dirty:" .. endpoint) and not move_version(endpoint) then
+  local shared = cfg.shared_collection
+  if not (clean(endpoint, shared) and clean(endpoint, collection)) then
     return false
   end
   local res = link.call(function(red)
-    return red:mget(cfg.store_prefix .. endpoint, key)
+    return red:mget(version_key(endpoint, shared), version_key(endpoint, collection), key)
   end)
   if type(res) ~= "table" then
     return false   -- the version is unknown: nothing may be served or stored under it
   end
-  local version = type(res[1]) == "string" and res[1] or "0"
-  local value = res[2]
+  local version = (type(res[1]) == "string" and res[1] or "0") .. "." .. (type(res[2]) == "string" and res[2] or "0")
+  local value = res[3]
   if type(value) == "string" then
     local stored, rest = value:match("^([^\n]*)\n(.*)$")
     value = stored == version and rest or nil
@@ -100,7 +118,8 @@ local function fetch(endpoint, model, key)
 end
 
 -- Access phase, after the checks and the quota: serve a hit (the request ends here), or remember the key.
-function M.lookup(namespace, endpoint, model, header_length, data)
+-- `namespace`: the tenant's cache namespace, or for a store its `collection`.
+function M.lookup(namespace, endpoint, model, header_length, data, collection)
   if not cfg or not model.cacheable or not namespace or namespace == "" or not link.enabled() then
     return
   end
@@ -110,7 +129,7 @@ function M.lookup(namespace, endpoint, model, header_length, data)
     return
   end
   local key = M.key(namespace, endpoint, ngx.var.uri .. "\n" .. header_length .. "\n" .. data)
-  local value, version = fetch(endpoint, model, key)
+  local value, version = fetch(endpoint, model, key, collection)
   if value == false then
     link.count("cache:misses")
     return
@@ -186,7 +205,7 @@ end
 function M.store()
   local ctx = ngx.ctx
   if ctx.cache_write then
-    ngx.timer.at(0, move_later, ctx.cache_write)
+    ngx.timer.at(0, move_later, ctx.cache_write[1], ctx.cache_write[2])
   end
   if ctx.cache_done and ctx.cache_parts and ngx.status == 200 then
     ngx.timer.at(0, put, ctx.cache_key, ctx.cache_meta .. table.concat(ctx.cache_parts))

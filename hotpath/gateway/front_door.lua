@@ -3,7 +3,7 @@
 --
 -- Before any Triton parser sees a request: the model is a public endpoint (internal ensemble steps are
 -- unreachable), an HTTP JSON body is bounded in nesting depth (Triton 2.51's JSON parser segfaults near
--- 100,000 levels: ../shared/RUNTIME_NOTES.md) and shaped as the KServe v2 protocol and the model's config
+-- 100,000 levels: docs/runtime_notes.md) and shaped as the KServe v2 protocol and the model's config
 -- say (Triton's HTTP frontend answers some malformed bodies with 500, or narrows integers silently), and
 -- the call fits its tenant's fair share of the replicas' in-flight calls and work (items in the batch).
 -- A refusal names the field and the rule, in the caller's protocol: gRPC trailers-only, HTTP JSON.
@@ -12,6 +12,9 @@ local cjson = require "cjson.safe"
 local bit = require "bit"
 local link = require "hotpath_redis_link"      -- the fleet's Redis: shared budgets (redis_link.lua)
 local cache = require "hotpath_exact_cache"    -- the fleet's exact cache (exact_cache.lua)
+-- usage: per-tenant requests and the give-back of unused generation tokens (usage.lua, beside this file)
+local HERE = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
+local usage = dofile(HERE .. "usage.lua")
 
 local M = {}
 local cfg            -- hotpath.gateway.config's front_door.json: models, depth, tenants' weights, caps
@@ -49,9 +52,16 @@ function M.init(path)
   counters = ngx.shared[cfg.shared_dict]
   link.init(cfg.redis, counters)   -- no "redis": every replica keeps its own budgets, nothing is cached
   cache.init(cfg.cache)
+  usage.init(cfg, counters, link, HERE)   -- usage
   for _, key in ipairs(cfg.refused_parameters) do
     refused_parameter[key] = true
   end
+end
+
+-- A parameter no tenant may send: a name of front_door.REFUSED_PARAMETERS, or x-hotpath-* in any letter case
+-- (the gateway's own headers, which tritonserver forwards as request parameters: hotpath.runtime.tenancy).
+local function refused_key(key)
+  return refused_parameter[key] or (type(key) == "string" and key:sub(1, 10):lower() == "x-hotpath-")
 end
 
 -- Refusals -----------------------------------------------------------------------------------------
@@ -95,10 +105,34 @@ end
 local function public_model(protocol, name)
   local model = cfg.models[name]
   if not model then
+    local t = cfg.tenants[ngx.var[cfg.tenant_variable] or ""]
     return nil, refuse(protocol, "NOT_FOUND",
-      "gateway: unknown model '" .. tostring(name):sub(1, 128) .. "'; public endpoints: " .. cfg.public_list)
+      "gateway: unknown model '" .. tostring(name):sub(1, 128) .. "'; public endpoints: " ..
+      (t and t.public_list or cfg.public_list))
   end
   return model
+end
+
+-- Scopes (hotpath.gateway.tenants): may `tenant` call `name` (a write to it, when `write`)? A refusal is
+-- PERMISSION_DENIED; a call to a store sets the collection it reads and writes: "shared" for an admin, else
+-- the tenant's own (the server's default).
+local function permitted(protocol, tenant, name, write)
+  local t = cfg.tenants[tenant]
+  local level = t and t.calls[name]
+  if not level then
+    return refuse(protocol, "PERMISSION_DENIED", "gateway: this tenant's scopes do not grant '" ..
+      tostring(name):sub(1, 128) .. "'")
+  end
+  if write and level ~= "write" and level ~= "admin" then
+    return refuse(protocol, "PERMISSION_DENIED", "gateway: this tenant may only search '" .. name ..
+      "' (its scope is \"" .. level .. "\"): a call with the " .. cfg.store_input .. " input writes")
+  end
+  if cfg.models[name].store and protocol ~= "charge" then
+    local collection = level == "admin" and cfg.shared_collection or tenant
+    ngx.var[cfg.collection_variable] = collection
+    return collection
+  end
+  return tenant
 end
 
 -- The request body, from memory or from the temp file NGINX spilled it to.
@@ -185,6 +219,7 @@ local function limit(protocol, tenant, tokens)
         "gateway: tenant token limit exceeded (%d tokens per minute); retry after %d s", t.tokens_per_min, retry),
         tostring(retry))
     end
+    if protocol == "openai" then usage.charged(tenant, tokens) end   -- usage: given back in part at the end
   end
 end
 
@@ -223,17 +258,29 @@ function M.charge()
   if type(tenant) ~= "string" or not cfg.tenants[tenant] then
     return refuse("charge", "PERMISSION_DENIED", "gateway: unknown tenant")
   end
+  if args.returned then   -- usage: a finished generation gives back the tokens it did not use
+    usage.give_back(tenant, tonumber(args.returned))
+    return refuse("charge", "OK", "")
+  end
   local model = cfg.models[name]
   if not model then
     return refuse("charge", "NOT_FOUND",
-      "gateway: unknown model '" .. tostring(name):sub(1, 128) .. "'; public endpoints: " .. cfg.public_list)
+      "gateway: unknown model '" .. tostring(name):sub(1, 128) .. "'; public endpoints: " ..
+      cfg.tenants[tenant].public_list)
   end
+  permitted("charge", tenant, name)
   if not model.decoupled then   -- a stream's requests would bypass the in-flight caps and fair shares
     return refuse("charge", "INVALID_ARGUMENT", "gateway: '" .. name .. "' answers once per request: " ..
       "call ModelInfer; streams are for generation endpoints")
   end
-  limit("charge", tenant, requested_tokens(model, tonumber(args.max_tokens)))
-  return refuse("charge", "OK", "")
+  local tokens = requested_tokens(model, tonumber(args.max_tokens))
+  limit("charge", tenant, tokens)
+  usage.request(tenant, "grpc_stream")   -- usage: counted; "charged": what a give-back starts from
+  -- Only a model that can report what it generated (its return_num_output_tokens input, as vLLM's
+  -- backend names it) has a give-back: asking another model for the count would fail its request.
+  local counts = model.inputs.return_num_output_tokens ~= nil
+  ngx.print(cjson.encode({ code = "OK", message = "", charged = counts and tokens or 0 }))
+  return ngx.exit(200)
 end
 
 -- Fair shares ----------------------------------------------------------------------------------------
@@ -309,6 +356,7 @@ end
 -- log phase: every request ends here, answered or not
 function M.release()
   local admitted = ngx.var[cfg.admitted_variable]
+  usage.log(admitted)   -- usage: the tenant's request counted, unused generation tokens given back
   if admitted and admitted ~= "" then
     ngx.var[cfg.admitted_variable] = ""
     local tenant, work = admitted:match("^(%S+) (%d+)$")
@@ -402,7 +450,7 @@ local function entry_key(s, a, b)
     if n == 1 then key = s:sub(x, y) end
   end)
   if not ok then return false end
-  return key and refused_parameter[key] and key or true
+  return key and refused_key(key) and key or true
 end
 
 -- The model's name, the first input's first dimension (the batch of a batched model), whether every
@@ -491,6 +539,10 @@ function M.grpc_infer()
     return refuse("grpc", "INVALID_ARGUMENT", "gateway: malformed ModelInferRequest")
   end
   local model = public_model("grpc", name)
+  local tenant = ngx.var[cfg.tenant_variable]
+  -- a read-only store scope: a call carrying the OP input is refused whatever its value (not read here);
+  -- a search sends no OP
+  local collection = permitted("grpc", tenant, name, model.store and op)
   if refused then
     return refuse("grpc", "INVALID_ARGUMENT", "gateway: parameter '" .. refused .. "' is not accepted")
   end
@@ -501,10 +553,9 @@ function M.grpc_infer()
   if model.batched and batch and batch >= 1 then
     work = batch
   end
-  local tenant = ngx.var[cfg.tenant_variable]
   limit("grpc", tenant, 0)   -- decoupled models are called on streams (hotpath.gateway.streams)
   if model.store and op then   -- a write (or an explicit search: its op is not read here) moves the version
-    cache.write(name)
+    cache.write(name, collection)
   end
   return admit("grpc", tenant, work)
 end
@@ -521,10 +572,12 @@ function M.grpc_model()
     return refuse("grpc", "INVALID_ARGUMENT", "gateway: malformed request message")
   end
   public_model("grpc", name)
+  permitted("grpc", ngx.var[cfg.tenant_variable], name)
 end
 
 function M.http_model(name)
   public_model("http", name)
+  permitted("http", ngx.var[cfg.tenant_variable], name)
 end
 
 -- HTTP: KServe v2 JSON ---------------------------------------------------------------------------------
@@ -600,7 +653,7 @@ local function check_parameters(params, allowed, where)
   if params == nil then return true end
   if not is_object(params) then return nil, where .. ": parameters must be an object" end
   for key, value in pairs(params) do
-    local kind = not refused_parameter[key] and (allowed[key] or allowed["*"])
+    local kind = not refused_key(key) and (allowed[key] or allowed["*"])
     local ok = kind == "bool" and type(value) == "boolean"
         or kind == "count" and is_count(value, INT_RANGE.INT64[2])
         or kind == "id" and (type(value) == "string" or is_count(value, INT_RANGE.INT64[2]))
@@ -779,11 +832,19 @@ function M.http_infer(name)
     work = batch
   end
   local tenant = ngx.var[cfg.tenant_variable]
+  local write = model.store and writes(doc)
+  local collection = permitted("http", tenant, name, write)
   limit("http", tenant, 0)
-  if model.store and writes(doc) then
-    cache.write(name)
+  if write then
+    cache.write(name, collection)
   else
-    cache.lookup(cfg.tenants[tenant].cache_namespace, name, model, declared or "", data)   -- a hit ends here
+    -- a store's reads are keyed by collection, never by a namespace tenants share ("" still caches
+    -- nothing for the tenant); a hit ends here
+    local namespace = cfg.tenants[tenant].cache_namespace
+    if model.store and namespace ~= "" then
+      namespace = collection
+    end
+    cache.lookup(namespace, name, model, declared or "", data, collection)
   end
   return admit("http", tenant, work)
 end
@@ -791,6 +852,7 @@ end
 -- HTTP generate / generate_stream: a flat JSON object of input names (and 'parameters') to values.
 function M.http_generate(name)
   local model = public_model("http", name)
+  permitted("http", ngx.var[cfg.tenant_variable], name)
   if not model.decoupled then
     return refuse("http", "INVALID_ARGUMENT", "gateway: '" .. name .. "' is not a generation endpoint")
   end
@@ -828,7 +890,15 @@ function M.http_generate(name)
       return refuse("http", "INVALID_ARGUMENT", "gateway: required input '" .. key .. "' is missing")
     end
   end
-  limit("http", ngx.var[cfg.tenant_variable], requested_tokens(model, doc[model.max_tokens_input or ""]))
+  local tenant = ngx.var[cfg.tenant_variable]
+  limit("http", tenant, requested_tokens(model, doc[model.max_tokens_input or ""]))
+  -- tritonserver 2.51's generate endpoints do not forward headers as request parameters (infer does): the
+  -- tenant and collection go in the body's parameters, where no client may name them (refused_key above)
+  if type(doc.parameters) ~= "table" then
+    doc.parameters = {}
+  end
+  doc.parameters[cfg.tenant_header] = tenant
+  doc.parameters[cfg.collection_header] = ngx.var[cfg.collection_variable]
   local text = cjson.encode(doc)
   if not text then
     return refuse("http", "INVALID_ARGUMENT", "gateway: the body holds a value JSON cannot carry")
@@ -842,9 +912,9 @@ end
 -- embeddings call (its work) and the tokens a generation may produce. Refusals in the OpenAI shape; the
 -- overload answers are 429 with Retry-After, as OpenAI clients retry them.
 local OPENAI_STATUS = { INVALID_ARGUMENT = 400, NOT_FOUND = 404, RESOURCE_EXHAUSTED = 429, UNAVAILABLE = 429,
-                        UNAUTHENTICATED = 401 }
-local OPENAI_TYPE = { [400] = "invalid_request_error", [401] = "authentication_error", [404] = "invalid_request_error",
-                      [429] = "rate_limit_error" }
+                        UNAUTHENTICATED = 401, PERMISSION_DENIED = 403 }
+local OPENAI_TYPE = { [400] = "invalid_request_error", [401] = "authentication_error", [403] = "permission_error",
+                      [404] = "invalid_request_error", [429] = "rate_limit_error" }
 
 openai_refuse = function(code, message, retry_after, param)
   local status = OPENAI_STATUS[code] or 503
@@ -888,22 +958,41 @@ function M.openai(kind)
     return openai_refuse("NOT_FOUND", "gateway: the model '" .. tostring(doc.model):sub(1, 128) ..
       "' is not served here (GET /v1/models lists them)", nil, "model")
   end
+  local tenant = ngx.var[cfg.tenant_variable]
+  if not cfg.tenants[tenant].openai[doc.model] then
+    return openai_refuse("PERMISSION_DENIED", "gateway: this tenant's scopes do not grant the model '" ..
+      doc.model:sub(1, 128) .. "'", nil, "model")
+  end
   local work, tokens = 1, 0
   if kind == "embedding" and type(doc.input) == "table" then
     work = math.max(1, #doc.input)
   elseif kind == "generation" then
     tokens = openai_tokens(doc, served)
   end
-  local tenant = ngx.var[cfg.tenant_variable]
   limit("openai", tenant, tokens)
-  ngx.var.hotpath_cache_namespace = cfg.tenants[tenant].cache_namespace or ""   -- the API's answer cache
+  -- the API's answer cache; a tenant that caches nothing gets the namespace the API never caches under
+  local namespace = cfg.tenants[tenant].cache_namespace or ""
+  ngx.var.hotpath_cache_namespace = namespace ~= "" and namespace or cfg.no_cache_namespace
   return admit("openai", tenant, work)
+end
+
+-- GET /v1/models[/<name>]: counted; a named model the tenant's scopes do not grant is 403.
+function M.openai_model(name)
+  local tenant = ngx.var[cfg.tenant_variable]
+  limit("openai", tenant, 0)
+  -- a name the API does not serve goes on: the API answers its own 404
+  if name and name ~= "" and cfg.openai.models[name] and not cfg.tenants[tenant].openai[name] then
+    return openai_refuse("PERMISSION_DENIED", "gateway: this tenant's scopes do not grant the model '" ..
+      name:sub(1, 128) .. "'", nil, "model")
+  end
 end
 
 -- The exact cache's filters (exact_cache.lua) and the status server's answers.
 M.cache_header = cache.header
 M.cache_body = cache.body
 M.cache_store = cache.store
+M.usage_header = usage.header_filter   -- usage: the OpenAI door's generation locations (usage.lua)
+M.usage_body = usage.body_filter
 
 -- Prometheus text: the Redis link's state and counters, the cache's hits and misses.
 function M.metrics()
@@ -924,6 +1013,7 @@ function M.metrics()
   metric("hotpath_gateway_cache_misses_total", "counter", "cacheable calls not in the exact cache",
     get("cache:misses"))
   metric("hotpath_gateway_cache_stores_total", "counter", "answers stored in the exact cache", get("cache:stores"))
+  lines[#lines + 1] = usage.metrics_lines()   -- usage
   ngx.header["content-type"] = "text/plain; version=0.0.4"
   ngx.print(table.concat(lines, "\n"), "\n")
 end

@@ -20,6 +20,7 @@ from tritonclient.grpc import model_config_pb2 as mc
 from hotpath.errors import HotpathError
 from hotpath.gateway.tenants import Tenant
 from hotpath.repository import Repository
+from hotpath.runtime.tenancy import COLLECTION_HEADER, SHARED, TENANT_HEADER
 from hotpath.shared_state.cache_key import (
     DEFAULT_TTL_S,
     MAX_ANSWER_BYTES,
@@ -42,7 +43,21 @@ PARAMETERS = {
     "input": {"binary_data_size": "count"},
     "output": {"binary_data": "bool"},
 }
-REFUSED_PARAMETERS = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size", "classification")
+# x-hotpath-* (any case): the gateway's own headers (hotpath.runtime.tenancy), forwarded by tritonserver as
+# request parameters: a tenant sending one as a parameter would speak for another tenant or collection.
+REFUSED_PREFIX = "x-hotpath-"
+
+
+class _Refused(tuple):
+    """REFUSED_PARAMETERS: `key in` it is true for its names and for any key starting with REFUSED_PREFIX
+    in any letter case (hotpath.gateway.streams asks so); as JSON it is the list of names."""
+
+    def __contains__(self, key) -> bool:
+        return tuple.__contains__(self, key) or (isinstance(key, str) and key.lower().startswith(REFUSED_PREFIX))
+
+
+REFUSED_PARAMETERS = _Refused(("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size",
+                               "classification"))
 
 LUA_SOURCE = Path(__file__).with_name("front_door.lua")
 LUA_MODULE = "hotpath_front_door"        # its name in package.loaded (set in the master by init_by_lua)
@@ -56,13 +71,19 @@ SHARED_DICT = "hotpath_admission"         # in-flight calls and work per tenant,
 CONFIG_FILE = "front_door.json"           # beside nginx.conf
 CHARGE_SOCKET = "charge.sock"             # beside nginx.conf: the stream admission asks /charge there
 ADMITTED_VARIABLE = "hotpath_admitted"   # "tenant work" of an admitted call, released in the log phase
+# The collection a call reads and writes (hotpath.runtime.tenancy): the tenant's name, set for every call in
+# the server's rewrite phase; front_door.lua sets SHARED for a store call by a tenant with "admin" on it.
+COLLECTION_VARIABLE = "hotpath_collection"
+# hotpath.openai_api.answer_cache.NO_CACHE_NAMESPACE (not imported: the gateway's image has no numpy): the
+# namespace sent to the API for a tenant whose cache_namespace is "", under which nothing is cached
+NO_CACHE_NAMESPACE = "."
 STREAM_TENANT_HEADER = "x-hotpath-tenant"   # set by NGINX on streams it passes to the stream admission
 # text_generation's spec: the input whose JSON max_tokens bounds the tokens a request generates (Triton's
 # vLLM-backend sampling_parameters), and the parameter giving its default; a generation request is charged
 # that many tokens against its tenant's tokens per minute.
 MAX_TOKENS_INPUT = "sampling_parameters"
 DEFAULT_MAX_TOKENS_PARAMETER = "default_max_tokens"
-# Triton 2.51's JSON parser segfaults on bodies nested ~100,000 deep (../shared/RUNTIME_NOTES.md); a
+# Triton 2.51's JSON parser segfaults on bodies nested ~100,000 deep (docs/runtime_notes.md); a
 # KServe request needs a handful of levels (body, inputs, tensor, nested data of rank <= 8).
 MAX_JSON_DEPTH = 32
 # Debian's packages: libnginx-mod-http-lua (and the NDK it needs) and lua-cjson, found at config time.
@@ -119,6 +140,53 @@ def work_cap(models: tuple[PublicModel, ...]) -> int:
     return 2 * max([m.max_batch_size for m in models] + [1])
 
 
+def callable_names(tenant: Tenant, models: tuple[PublicModel, ...], openai: dict | None = None) -> dict:
+    """What `tenant` may call, by name: {"calls": {endpoint: "call" | a store's level}, "openai": {model: True}}.
+    Without scopes: every endpoint, a store "write". An OpenAI model is granted by its name or by its Triton
+    endpoint's (hotpath.gateway.openai_door.openai_config gives each one's endpoint)."""
+    scopes = tenant.scopes
+    calls = {}
+    for m in models:
+        if scopes is None:
+            calls[m.name] = "write" if m.store else "call"
+        elif m.store:
+            if scopes.store_level(m.name):
+                calls[m.name] = scopes.store_level(m.name)
+        elif scopes.grants(m.name):
+            calls[m.name] = "call"
+    served = (openai or {}).get("models", {})
+    names = {n: True for n, s in served.items()
+             if scopes is None or scopes.grants(n) or bool(s.get("endpoint")) and scopes.grants(s["endpoint"])}
+    return {"calls": calls, "openai": names}
+
+
+def scope_warnings(tenants: tuple[Tenant, ...], models: tuple[PublicModel, ...], openai: dict | None = None) -> list[str]:
+    """What the gateway logs at start about the tenants' scopes: tenants without any (every endpoint, every
+    store written), names that no public endpoint or OpenAI model has, stores named as endpoints."""
+    out = []
+    unscoped = [t.name for t in tenants if t.scopes is None]
+    if unscoped:
+        out.append(f"tenant(s) {', '.join(unscoped)} have no [tenants.<name>.scopes]: they may call every endpoint "
+                   "and write their collection of every store")
+    stores = {m.name for m in models if m.store}
+    known = {m.name for m in models} | set((openai or {}).get("models", {}))
+    for t in tenants:
+        if t.scopes is None:
+            continue
+        for name in t.scopes.endpoints:
+            if name in stores:
+                out.append(f"tenants.{t.name}.scopes.endpoints: '{name}' is a store, callable only through "
+                           f"scopes.stores")
+            elif name != "*" and name not in known:
+                out.append(f"tenants.{t.name}.scopes.endpoints: '{name}' is not served here "
+                           f"(known: {', '.join(sorted(known))})")
+        for name, _ in t.scopes.stores:
+            if name not in stores:
+                out.append(f"tenants.{t.name}.scopes.stores: '{name}' is not a store endpoint served here "
+                           f"(stores: {', '.join(sorted(stores)) or 'none'})")
+    return out
+
+
 def front_door_json(models: tuple[PublicModel, ...], tenants: tuple[Tenant, ...], max_calls: int, max_work: int,
                     overloaded: str, tenant_variable: str, charge_key: str, redis: RedisTarget | None = None,
                     cache: dict | None = None, openai: dict | None = None) -> str:
@@ -135,7 +203,7 @@ def front_door_json(models: tuple[PublicModel, ...], tenants: tuple[Tenant, ...]
                            "gcra_sha": hashlib.sha1(script.encode()).hexdigest()}
         if cache is not None:
             shared["cache"] = {"prefix": PREFIX, "store_prefix": STORE_VERSION_PREFIX, "max_bytes": MAX_ANSWER_BYTES,
-                               "ttl_s": DEFAULT_TTL_S, **cache}
+                               "ttl_s": DEFAULT_TTL_S, "shared_collection": SHARED, **cache}
     if openai is not None:   # the OpenAI door's names (hotpath.gateway.openai_door)
         shared["openai"] = openai
     return json.dumps({
@@ -144,14 +212,24 @@ def front_door_json(models: tuple[PublicModel, ...], tenants: tuple[Tenant, ...]
         "public_list": ", ".join(m.name for m in models),
         "weights": {t.name: t.weight for t in tenants},
         "tenants": {t.name: {"requests_per_s": t.requests_per_s, "burst": t.burst, "tokens_per_min": t.tokens_per_min,
-                             "redis_failure": t.redis_failure, "cache_namespace": t.namespace}
+                             "redis_failure": t.redis_failure, "cache_namespace": t.namespace,
+                             **_scoped(t, models, openai)}
                     for t in tenants},
         "parameters": PARAMETERS, "parameter_kinds": PARAMETER_KINDS, "refused_parameters": REFUSED_PARAMETERS,
         "max_calls": max_calls, "max_work": max_work, "store_input": STORE_WRITE_INPUT,
         "max_json_depth": MAX_JSON_DEPTH, "shared_dict": SHARED_DICT,
         "overloaded": overloaded, "tenant_variable": tenant_variable, "admitted_variable": ADMITTED_VARIABLE,
+        "collection_variable": COLLECTION_VARIABLE, "shared_collection": SHARED,
+        "tenant_header": TENANT_HEADER, "collection_header": COLLECTION_HEADER,
+        "no_cache_namespace": NO_CACHE_NAMESPACE,
         "charge_key": charge_key or secrets.token_hex(16),   # no key given: nobody can charge
     }, sort_keys=True)
+
+
+def _scoped(tenant: Tenant, models: tuple[PublicModel, ...], openai: dict | None) -> dict:
+    names = callable_names(tenant, models, openai)
+    # a NOT_FOUND names what this tenant may call, not every public endpoint
+    return {**names, "public_list": ", ".join(sorted(names["calls"])) or "none"}
 
 
 def module_paths() -> list[str]:

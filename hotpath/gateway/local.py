@@ -3,6 +3,7 @@ production shape, where every call goes through the doors a deployment publishes
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from hotpath import settings
@@ -16,6 +17,8 @@ from hotpath.repository import Repository
 from hotpath.shared_state.cache_key import repository_build
 from hotpath.shared_state.target import from_env
 
+log = logging.getLogger(__name__)
+
 
 def local_gateway(tenants: Path, grpc_url: str, http_url: str, openai_url: str = "",
                   repository: Path | None = None) -> TenantGateway:
@@ -24,7 +27,7 @@ def local_gateway(tenants: Path, grpc_url: str, http_url: str, openai_url: str =
     quotas and the exact cache in $HOTPATH_REDIS_URL's Redis when it is set."""
     redis = from_env()
     served = Repository(repository)
-    return TenantGateway(TenantGatewaySettings(
+    gateway = TenantGateway(TenantGatewaySettings(
         settings.gateway_grpc_port(), settings.gateway_http_port(), (grpc_url,), (http_url,), load_tenants(tenants),
         admission_cap(), max_body_bytes(), stream_cap(), redis=redis,
         cache_build=repository_build(served) if redis else "", status_port=settings.gateway_status_port(),
@@ -32,3 +35,6 @@ def local_gateway(tenants: Path, grpc_url: str, http_url: str, openai_url: str =
         openai_port=settings.gateway_openai_port() if openai_url else 0,
         openai_upstreams=(openai_url,) if openai_url else (),
         openai=openai_config(served.path) if openai_url else {}))
+    for warning in gateway.settings.warnings():   # the tenants' scopes that deserve a look
+        log.warning(f"[gateway] scopes: {warning}")
+    return gateway

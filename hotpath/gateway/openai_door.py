@@ -6,7 +6,12 @@ same budget (requests/s, generated tokens/min), fair shares of in-flight calls a
 hold (front_door.lua's `openai`). Every refusal is an OpenAI error object: 401 (token), 404 (a model or
 route the API does not serve), 413 (body), 429 + Retry-After (budget, capacity, fair share, the tenant's open
 requests: hotpath.gateway.client_bounds), 502 (no API process answered). `/v1/models` lists what the API
-serves: the public endpoints, which every tenant may call. Server-sent events pass unbuffered.
+serves; a model the tenant's scopes do not grant (hotpath.gateway.tenants: its name or its Triton endpoint's)
+is 403 with `{"error": {"type": "permission_error", "param": "model", "code": "permission_denied"}}`, for a
+call and for GET /v1/models/<name> (the list itself is the API's, unfiltered). Server-sent events pass
+unbuffered. Every call passed on carries the gateway's x-hotpath-tenant and x-hotpath-collection (the
+tenant's name) and X-Hotpath-Cache-Namespace, replacing whatever a client sent under those names in any
+letter case (NGINX drops a client's header that proxy_set_header names).
 """
 
 from __future__ import annotations
@@ -14,9 +19,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from hotpath.gateway.front_door import ADMITTED_VARIABLE, lua_call
+from hotpath.gateway.front_door import ADMITTED_VARIABLE, COLLECTION_VARIABLE, lua_call
 from hotpath.nginx.directives import d
 from hotpath.nginx.upstreams import connect_timeout, upstream
+from hotpath.runtime.tenancy import COLLECTION_HEADER, TENANT_HEADER
 from hotpath.shared_state.cache_key import NAMESPACE_HEADER
 
 UPSTREAM = "openai_api"
@@ -35,7 +41,8 @@ def openai_config(repository: Path | None = None, aliases: dict[str, str] | None
     for name, model in served_models(repository, aliases).items():
         params = configs[model.endpoint].parameters
         default = params["default_max_tokens"].string_value if "default_max_tokens" in params else ""
-        models[name] = {"kind": model.kind, "default_max_tokens": int(default) if default.isdigit() else 1}
+        models[name] = {"kind": model.kind, "default_max_tokens": int(default) if default.isdigit() else 1,
+                        "endpoint": model.endpoint}
     return {"models": models}
 
 
@@ -69,15 +76,22 @@ def server(address: str, upstreams: tuple[str, ...], tenant: str, max_body_bytes
             d("proxy_set_header", "Authorization", ""),   # the token stops here
             # the tenant's cache namespace for the API's answer cache; whatever the client sent is replaced
             d("proxy_set_header", NAMESPACE_HEADER, f"${NAMESPACE_VARIABLE}"),
+            # who the call is for (hotpath.runtime.tenancy); the API passes them on to Triton
+            d("set", f"${COLLECTION_VARIABLE}", tenant),
+            d("proxy_set_header", TENANT_HEADER, tenant),
+            d("proxy_set_header", COLLECTION_HEADER, f"${COLLECTION_VARIABLE}"),
             d("error_page", 401, "=", "@openai_401"),
             d("error_page", 413, "=", "@openai_413"),
             d("error_page", 502, 504, "=", "@openai_502"),
             d("location", "=", "/v1/embeddings", block=[d("access_by_lua", lua_call("openai", '"embedding"')), proxy]),
             d("location", "~", "^/v1/(chat/)?completions$",
               block=[d("access_by_lua", lua_call("openai", '"generation"')), d("proxy_buffering", "off"),
-                     d("proxy_read_timeout", "300s"), proxy]),
-            d("location", "~", "^/v1/models(/[^/]+)?$", block=[d("access_by_lua", lua_call("count", '"openai"')),
-                                                               proxy]),
+                     d("proxy_read_timeout", "300s"),
+                     # the API's count of generated tokens (usage.lua): read, stripped, the rest given back
+                     d("header_filter_by_lua", lua_call("usage_header")), d("body_filter_by_lua", lua_call("usage_body")),
+                     proxy]),
+            d("location", "~", "^/v1/models(?:/([^/]+))?$",
+              block=[d("access_by_lua", lua_call("openai_model", "ngx.var[1]")), proxy]),
             d("location", "/", block=[d("return", 404)]),
             d("error_page", 404, "=", "@openai_404"),
             _error("@openai_401", 401, unauthenticated, "invalid_api_key", d("add_header", "WWW-Authenticate", "Bearer", "always")),

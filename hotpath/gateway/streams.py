@@ -8,13 +8,22 @@ request rate, tokens per minute). An admitted message goes on to the replica the
 unchanged; a refused one is answered on the stream as Triton answers a failed request there: an error
 response whose message starts with "gateway: [STATUS] " (hotpath.client reads the class from that tag).
 Triton's `triton_grpc_error` header never reaches a replica: NGINX drops header names with '_', and
-tritonserver 2.51 crashed (SIGSEGV) on a stream of invalid requests opened with it. Responses go back
-unparsed.
+tritonserver 2.51 crashed (SIGSEGV) on a stream of invalid requests opened with it.
+
+Tenancy: the upstream call carries x-hotpath-tenant (the stream's tenant) and x-hotpath-collection (the
+tenant's own), which tritonserver forwards to the models as request parameters (hotpath.runtime.tenancy);
+any x-hotpath-* metadata the client sent is dropped.
+
+Usage: a generation message is charged its max_tokens by /charge; when its answer ends, the tokens it did not
+generate are given back (/charge?returned=N, hotpath/gateway/usage.lua). The count is the model's own
+`num_output_tokens`: a message that does not ask for it (return_num_output_tokens) is sent on asking for it,
+and the output is removed from the answers before they reach the client. Other responses go back unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import json
 import logging
@@ -27,6 +36,7 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2
 
 from hotpath.gateway.front_door import MAX_TOKENS_INPUT, REFUSED_PARAMETERS, STREAM_TENANT_HEADER
+from hotpath.runtime.tenancy import COLLECTION_HEADER, TENANT_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +49,9 @@ MAX_DIM = 2**31 - 1
 # would be refused there as a header fault, so it is refused here first. No model has such a name.
 MAX_MODEL_NAME = 1024
 CHARGE_TIMEOUT_S = 5.0
+GATEWAY_PREFIX = "x-hotpath-"            # the gateway's own metadata: never taken from a client
+COUNT_INPUT = "return_num_output_tokens"  # text_generation's flag (hotpath.runtime.llm.request)
+COUNT_OUTPUT = "num_output_tokens"        # UINT32 [1]: the tokens the engine generated, on the last answer
 OUT_QUEUE = 64   # responses buffered per stream before the relay stops reading from the replica
 
 
@@ -78,6 +91,91 @@ def malformed(request: service_pb2.ModelInferRequest) -> tuple[str, str] | None:
     return None
 
 
+def upstream_metadata(metadata: dict[str, str], tenant: str) -> tuple[tuple[str, str], ...]:
+    """The metadata the replica gets: the client's, less hop-by-hop headers and any x-hotpath-* (any case),
+    plus the gateway's tenant and collection (the tenant's own)."""
+    kept = [(k, v) for k, v in metadata.items()
+            if k.lower() not in _HOP_HEADERS and not k.lower().startswith(GATEWAY_PREFIX)]
+    return (*kept, (TENANT_HEADER, tenant), (COLLECTION_HEADER, tenant))
+
+
+def _bool_true(request: service_pb2.ModelInferRequest, index: int) -> bool:
+    tensor = request.inputs[index]
+    if tensor.contents.bool_contents:
+        return bool(tensor.contents.bool_contents[0])
+    if index < len(request.raw_input_contents):
+        return request.raw_input_contents[index][:1] not in (b"", b"\x00")
+    return False
+
+
+def ask_for_count(request: service_pb2.ModelInferRequest) -> bool:
+    """Makes `request` ask for COUNT_OUTPUT; True when the client had not asked (its answers must then lose it)."""
+    asked = False
+    for index, tensor in enumerate(request.inputs):
+        if tensor.name == COUNT_INPUT:
+            asked = _bool_true(request, index)
+            if not asked:   # the client said false: true, in the form the client used
+                if index < len(request.raw_input_contents):
+                    request.raw_input_contents[index] = b"\x01"
+                else:
+                    del tensor.contents.bool_contents[:]
+                    tensor.contents.bool_contents.append(True)
+            break
+    else:
+        tensor = request.inputs.add(name=COUNT_INPUT, datatype="BOOL", shape=[1])
+        if request.raw_input_contents:   # raw contents hold all inputs or none
+            request.raw_input_contents.append(b"\x01")
+        else:
+            tensor.contents.bool_contents.append(True)
+    if request.outputs and not any(o.name == COUNT_OUTPUT for o in request.outputs):
+        request.outputs.add(name=COUNT_OUTPUT)
+        asked = False
+    return not asked
+
+
+def generated_tokens(response: service_pb2.ModelStreamInferResponse) -> int | None:
+    """COUNT_OUTPUT of a response (its request's last), None when it has none."""
+    infer = response.infer_response
+    for index, tensor in enumerate(infer.outputs):
+        if tensor.name != COUNT_OUTPUT:
+            continue
+        if tensor.contents.uint_contents:
+            return int(tensor.contents.uint_contents[0])
+        if index < len(infer.raw_output_contents) and len(infer.raw_output_contents[index]) >= 4:
+            return int.from_bytes(infer.raw_output_contents[index][:4], "little")
+    return None
+
+
+def strip_count(response: service_pb2.ModelStreamInferResponse) -> None:
+    """Removes COUNT_OUTPUT (and its raw contents) from a response."""
+    infer = response.infer_response
+    for index, tensor in enumerate(infer.outputs):
+        if tensor.name == COUNT_OUTPUT:
+            del infer.outputs[index]
+            if index < len(infer.raw_output_contents):
+                del infer.raw_output_contents[index]
+            return
+
+
+class Pending:
+    """A stream's generation messages whose tokens were charged, waiting for their last answer (by id)."""
+
+    def __init__(self):
+        self.by_id: dict[str, collections.deque] = {}
+
+    def add(self, request_id: str, charged: int, strip: bool) -> None:
+        self.by_id.setdefault(request_id, collections.deque()).append((charged, strip))
+
+    def take(self, request_id: str) -> tuple[int, bool] | None:
+        waiting = self.by_id.get(request_id)
+        if not waiting:
+            return None
+        entry = waiting.popleft()
+        if not waiting:
+            del self.by_id[request_id]
+        return entry
+
+
 def refusal_response(request: service_pb2.ModelInferRequest, code: str, message: str) -> bytes:
     return service_pb2.ModelStreamInferResponse(
         error_message=f"gateway: [{code}] {message.removeprefix('gateway: ')}",
@@ -93,7 +191,23 @@ class Charger:
         self.socket_path, self.key = str(socket_path), key
 
     async def __call__(self, tenant: str, model: str, max_tokens: int) -> tuple[str, str] | None:
-        query = urllib.parse.urlencode({"tenant": tenant, "model": model, "max_tokens": max_tokens})
+        refused, _ = await self.admit(tenant, model, max_tokens)
+        return refused
+
+    async def admit(self, tenant: str, model: str, max_tokens: int) -> tuple[tuple[str, str] | None, int]:
+        """(None, tokens charged) when admitted, else ((code, message), 0)."""
+        answer = await self._ask({"tenant": tenant, "model": model, "max_tokens": max_tokens})
+        if answer.get("code") != "OK":
+            return (answer.get("code", "UNAVAILABLE"), answer.get("message", "")), 0
+        return None, int(answer.get("charged") or 0)
+
+    async def give_back(self, tenant: str, model: str, tokens: int) -> None:
+        """Gives `tokens` charged but not generated back to the tenant's budget (usage.lua)."""
+        if tokens > 0:
+            await self._ask({"tenant": tenant, "model": model, "returned": tokens})
+
+    async def _ask(self, args: dict) -> dict:
+        query = urllib.parse.urlencode(args)
         reader, writer = await asyncio.open_unix_connection(self.socket_path)
         try:
             writer.write(f"GET /charge?{query} HTTP/1.0\r\nHost: gateway\r\nX-Hotpath-Key: {self.key}\r\n\r\n".encode())
@@ -103,9 +217,8 @@ class Charger:
             writer.close()
         head, _, body = raw.partition(b"\r\n\r\n")
         if not head.startswith(b"HTTP/1.") or head.split(b" ", 2)[1] != b"200":
-            return "UNAVAILABLE", "gateway: the stream admission could not be checked"
-        answer = json.loads(body)
-        return None if answer["code"] == "OK" else (answer["code"], answer["message"])
+            return {"code": "UNAVAILABLE", "message": "gateway: the stream admission could not be checked"}
+        return json.loads(body)
 
 
 class StreamAdmission:
@@ -122,7 +235,9 @@ class StreamAdmission:
     async def _relay(self, requests, context: grpc.aio.ServicerContext):
         metadata = dict(context.invocation_metadata())
         tenant = metadata.get(STREAM_TENANT_HEADER, "")
-        forward = tuple((k, v) for k, v in metadata.items() if k not in _HOP_HEADERS)
+        forward = upstream_metadata(metadata, tenant)
+        pending = Pending()
+        returns: set[asyncio.Task] = set()
         channel = self._channels[next(self._next)]
         upstream = channel.stream_stream(METHOD, request_serializer=None, response_deserializer=None)(
             metadata=forward)
@@ -136,9 +251,13 @@ class StreamAdmission:
                     # What is checked is what goes on: Triton's C++ parser keeps a map entry that holds
                     # an unknown field, which Python's parser sets aside (and would not check).
                     request.DiscardUnknownFields()
-                    refused = malformed(request) or await self.charge(tenant, request.model_name,
-                                                                      requested_tokens(request))
+                    refused, charged = malformed(request), 0
                     if refused is None:
+                        refused, charged = await self.charge.admit(tenant, request.model_name,
+                                                                   requested_tokens(request))
+                    if refused is None:
+                        if charged > 0:   # a generation: its unused tokens go back when it ends
+                            pending.add(request.id, charged, ask_for_count(request))
                         await upstream.write(request.SerializeToString())
                     else:
                         await out.put(refusal_response(request, *refused))
@@ -151,7 +270,7 @@ class StreamAdmission:
         async def pump_out():
             try:
                 async for raw in upstream:
-                    await out.put(raw)
+                    await out.put(self._answer(raw, pending, tenant, returns) if pending.by_id else raw)
             except grpc.aio.AioRpcError as exc:
                 await out.put((exc.code().name, exc.details() or ""))
             await out.put(done)
@@ -169,6 +288,39 @@ class StreamAdmission:
             upstream.cancel()
             for task in tasks:
                 task.cancel()
+
+    def _answer(self, raw: bytes, pending: Pending, tenant: str, returns: set) -> bytes:
+        """A replica's response as the client gets it; the last answer of a charged generation gives back
+        what it did not generate (a task: the answer does not wait for it)."""
+        try:
+            response = service_pb2.ModelStreamInferResponse.FromString(raw)
+        except DecodeError:
+            return raw
+        infer = response.infer_response
+        if response.error_message:
+            pending.take(infer.id)   # the count is unknown: nothing is given back
+            return raw
+        generated = generated_tokens(response)
+        if generated is None:
+            return raw
+        entry = pending.take(infer.id)
+        if entry is None:
+            return raw
+        charged, strip = entry
+        if charged > generated:
+            task = asyncio.ensure_future(self._give_back(tenant, infer.model_name, charged - generated))
+            returns.add(task)
+            task.add_done_callback(returns.discard)
+        if not strip:
+            return raw
+        strip_count(response)
+        return response.SerializeToString()
+
+    async def _give_back(self, tenant: str, model: str, tokens: int) -> None:
+        try:
+            await self.charge.give_back(tenant, model, tokens)
+        except Exception as exc:  # noqa: BLE001 - a lost give-back leaves the tokens charged, nothing worse
+            log.warning("stream admission: giving back %d tokens of %s failed: %r", tokens, tenant, exc)
 
     async def _serve(self, started: threading.Event) -> None:
         self._channels = [grpc.aio.insecure_channel(u) for u in self.upstreams]

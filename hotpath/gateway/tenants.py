@@ -13,7 +13,17 @@
     redis_failure = "open"     # optional: its quotas while the fleet's Redis cannot answer: "open" (this
                                # replica's own count, as without Redis) or "closed" (refused, UNAVAILABLE)
     cache_namespace = "acme"   # optional, default its name: tenants with one namespace share cached answers;
-                               # "" caches nothing for it
+                               # "" caches nothing for it. Tenants that share a namespace trust each
+                               # other: a hit's speed tells one what the other asked. Never for stores.
+
+    [tenants.acme.scopes]      # optional: what it may call (without it: every endpoint, stores "write")
+    endpoints = ["text_embedding", "hotpath-embed"]   # Triton endpoints and OpenAI model names; "*": every one
+    stores = { retrieval = "write" }   # per store endpoint: "read" (searches), "write" (its own collection),
+                                       # "admin" (writes the shared corpus: its collection is "shared")
+
+A store endpoint is callable only through `stores`, whatever `endpoints` says. Anything not granted is
+refused PERMISSION_DENIED (gRPC 7, HTTP 403); an OpenAI model is granted by its name or by its Triton
+endpoint's. A tenant without `scopes` keeps the behaviour from before scopes, and the gateway warns at start.
 
 With Redis (HOTPATH_REDIS_URL) the quotas are the fleet's: every gateway replica draws on one budget.
 
@@ -29,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hotpath.errors import HotpathError
+from hotpath.runtime.tenancy import RESERVED as TENANCY_RESERVED
 
 DEFAULT_REQUESTS_PER_S = 100
 DEFAULT_BURST = 50
@@ -43,7 +54,27 @@ NAMESPACE_PATTERN = re.compile(r"[a-z0-9_-]{0,64}")
 # the gateway accepts is exactly what the file says. 32 to 128 characters.
 TOKEN_PATTERN = re.compile(r"[a-z0-9_-]{32,128}")
 NAME_PATTERN = re.compile(r"[a-z0-9_-]{1,64}")
-RESERVED_NAMES = {"default", "include", "hostnames", "volatile"}   # special words of NGINX's map
+# special words of NGINX's map; "local" and "shared" are collections (hotpath.runtime.tenancy)
+RESERVED_NAMES = {"default", "include", "hostnames", "volatile", *TENANCY_RESERVED}
+ALL = "*"                                 # scopes.endpoints: every endpoint and OpenAI model (stores excepted)
+STORE_LEVELS = ("read", "write", "admin")   # each grants what the one before does, and more
+SCOPE_KEYS = ("endpoints", "stores")
+
+
+@dataclass(frozen=True)
+class Scopes:
+    """What a tenant may call: endpoints (Triton endpoints and OpenAI model names, ALL for every one) and
+    per store endpoint its level (STORE_LEVELS)."""
+
+    endpoints: tuple[str, ...] = ()
+    stores: tuple[tuple[str, str], ...] = ()
+
+    def store_level(self, store: str) -> str | None:
+        return dict(self.stores).get(store)
+
+    def grants(self, name: str) -> bool:
+        """A non-store endpoint or OpenAI model name is granted."""
+        return ALL in self.endpoints or name in self.endpoints
 
 
 @dataclass(frozen=True)
@@ -56,6 +87,7 @@ class Tenant:
     tokens_per_min: int = DEFAULT_TOKENS_PER_MIN   # generation: max tokens asked, per minute
     redis_failure: str = DEFAULT_REDIS_FAILURE     # quotas while Redis cannot answer: "open" or "closed"
     cache_namespace: str | None = None             # None: the tenant's name; "": nothing cached
+    scopes: Scopes | None = None                   # None: every endpoint, stores "write" (no scopes table)
 
     @property
     def namespace(self) -> str:
@@ -85,6 +117,26 @@ def _text(entry: dict, defaults: dict, key: str, where: str):
     return value
 
 
+def _scopes(value, where: str) -> Scopes:
+    where = f"{where}.scopes"
+    if not isinstance(value, dict):
+        raise HotpathError(f"{where} must be a table with {' and/or '.join(SCOPE_KEYS)}")
+    unknown = sorted(set(value) - set(SCOPE_KEYS))
+    if unknown:
+        raise HotpathError(f"{where}: unknown key(s) {unknown} (known: {', '.join(SCOPE_KEYS)})")
+    endpoints = value.get("endpoints", [])
+    if not isinstance(endpoints, list) or not all(isinstance(e, str) and e for e in endpoints):
+        raise HotpathError(f"{where}.endpoints must be a list of endpoint or model names (\"{ALL}\": every one), "
+                           f"not {endpoints!r}")
+    stores = value.get("stores", {})
+    if not isinstance(stores, dict):
+        raise HotpathError(f"{where}.stores must be a table of store endpoint = level, not {stores!r}")
+    for store, level in stores.items():
+        if level not in STORE_LEVELS:
+            raise HotpathError(f"{where}.stores.{store} must be one of {list(STORE_LEVELS)}, not {level!r}")
+    return Scopes(tuple(dict.fromkeys(endpoints)), tuple(sorted(stores.items())))
+
+
 def parse_tenants(data: dict, source: str) -> tuple[Tenant, ...]:
     """Tenants from the parsed TOML; every problem names `source` and the tenant, never a token."""
     defaults = data.get("defaults", {})
@@ -101,8 +153,10 @@ def parse_tenants(data: dict, source: str) -> tuple[Tenant, ...]:
         if not NAME_PATTERN.fullmatch(name) or name in RESERVED_NAMES:
             raise HotpathError(f"{where}: a tenant name is 1-64 characters of a-z, 0-9, _ and -, and not one of "
                                f"{sorted(RESERVED_NAMES)}")
-        if not isinstance(entry, dict) or set(entry) - {"token", *KEYS, *TEXT_KEYS}:
-            raise HotpathError(f"{where}: expected a table with token, {', '.join(KEYS + TEXT_KEYS)}")
+        if not isinstance(entry, dict) or set(entry) - {"token", "scopes", *KEYS, *TEXT_KEYS}:
+            raise HotpathError(f"{where}: expected a table with token, {', '.join(KEYS + TEXT_KEYS)}, scopes"
+                               + (f" (unknown: {sorted(set(entry) - {'token', 'scopes', *KEYS, *TEXT_KEYS})})"
+                                  if isinstance(entry, dict) else ""))
         token = entry.get("token")
         if not isinstance(token, str) or not TOKEN_PATTERN.fullmatch(token):
             raise HotpathError(f"{where}: token missing or malformed (32-128 characters of a-z, 0-9, _ and -; "
@@ -115,7 +169,8 @@ def parse_tenants(data: dict, source: str) -> tuple[Tenant, ...]:
                               _count(entry.get("weight", weight), f"{where}.weight", 1),
                               _count(entry.get("tokens_per_min", tokens), f"{where}.tokens_per_min", 1),
                               _text(entry, defaults, "redis_failure", where) or DEFAULT_REDIS_FAILURE,
-                              _text(entry, {}, "cache_namespace", where)))
+                              _text(entry, {}, "cache_namespace", where),
+                              _scopes(entry["scopes"], where) if "scopes" in entry else None))
     if not tenants:
         raise HotpathError(f"{source}: no [tenants.<name>] table: the gateway would refuse every call")
     return tuple(tenants)

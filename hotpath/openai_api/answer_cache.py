@@ -37,6 +37,10 @@ SEMANTIC_PREFIX = "hotpath:semantic:"
 # so at this default the semantic cache only joins spellings of one prompt (case, spacing, NFKC forms).
 DEFAULT_SEMANTIC_THRESHOLD = 0.999
 MAX_ENTRIES = 256                 # per context: a scan stays well under a millisecond
+# The namespace the tenant gateway sends for a tenant whose cache_namespace is "" (nothing cached): no header
+# at all would read as the API's own namespace ("api"), shared by every such tenant. Outside the namespaces'
+# characters (hotpath.gateway.tenants), so no tenant's; nothing is read or stored under it.
+NO_CACHE_NAMESPACE = "."
 SEMANTIC_HEADER = "x-hotpath-semantic-cache"     # "on": this request may be answered semantically
 PRESENTATION = ("stream", "stream_options")      # fields that shape the reply, not the answer
 
@@ -78,6 +82,8 @@ class AnswerCache:
     async def get(self, namespace: str, endpoint: str, request: bytes) -> bytes | None:
         import redis
 
+        if namespace == NO_CACHE_NAMESPACE:
+            return None
         try:
             value = await self.client.get(cache_key(namespace, endpoint, self.build, request))
         except (redis.RedisError, OSError) as exc:
@@ -91,7 +97,7 @@ class AnswerCache:
         """Store a success (never call it with an error) for the TTL."""
         import redis
 
-        if len(answer) > MAX_ANSWER_BYTES:
+        if len(answer) > MAX_ANSWER_BYTES or namespace == NO_CACHE_NAMESPACE:
             return
         try:
             await self.client.set(cache_key(namespace, endpoint, self.build, request), answer, ex=self.ttl_s)
@@ -108,6 +114,8 @@ class AnswerCache:
         """The answer of the closest cached prompt in `context` if its cosine is >= threshold, and the cosine."""
         import redis
 
+        if namespace == NO_CACHE_NAMESPACE:
+            return None
         try:
             entries = await self.client.lrange(self._list(namespace, endpoint, context), 0, MAX_ENTRIES - 1)
         except (redis.RedisError, OSError) as exc:
@@ -133,7 +141,7 @@ class AnswerCache:
         """Add a prompt's vector and its (successful) answer to its context's list, newest first."""
         import redis
 
-        if len(answer) > MAX_ANSWER_BYTES:
+        if len(answer) > MAX_ANSWER_BYTES or namespace == NO_CACHE_NAMESPACE:
             return
         key = self._list(namespace, endpoint, context)
         entry = struct.pack("<I", vector.shape[0]) + vector.astype("<f4").tobytes() + answer

@@ -38,7 +38,14 @@ from hotpath.openai_api.answer_cache import (
 )
 from hotpath.openai_api.catalog import ServedModel, served_models
 from hotpath.openai_api.errors import APIError
-from hotpath.openai_api.generation import FINISH_REASONS, Completion, Totals, request_inputs
+from hotpath.openai_api.generation import (
+    FINISH_REASONS,
+    OUTPUT_TOKENS_HEADER,
+    Completion,
+    Totals,
+    output_tokens_comment,
+    request_inputs,
+)
 from hotpath.openai_api.metrics import APIMetrics
 from hotpath.openai_api.schemas import (
     CHAT_REFUSED,
@@ -48,7 +55,7 @@ from hotpath.openai_api.schemas import (
     EmbeddingsRequest,
 )
 from hotpath.openai_api.tokens import TokenCounter
-from hotpath.openai_api.triton import Triton
+from hotpath.openai_api.triton import Triton, tenancy_headers
 from hotpath.shared_state.cache_key import HIT_HEADER, NAMESPACE_HEADER
 from hotpath.shared_state.target import RedisTarget
 
@@ -202,6 +209,21 @@ class OpenAIAPI:
             return "api"
         return request.headers.get(NAMESPACE_HEADER, "api")
 
+    def _behind_gateway(self) -> bool:
+        """No key of its own: the tenant gateway (or loopback) is the caller's door."""
+        return self.config.api_key is None
+
+    def _tenancy(self, request: Request) -> dict[str, str]:
+        """The gateway's tenant and collection headers, passed on to Triton so the models count usage for the
+        right tenant (hotpath.runtime.usage); none for an API with its own key (one tenant: "local")."""
+        return tenancy_headers(request.headers) if self._behind_gateway() else {}
+
+    def _generated(self, headers: dict | None, tokens: int) -> dict | None:
+        """`headers` plus the tokens generated, for the gateway's give-back (generation.OUTPUT_TOKENS_HEADER)."""
+        if not self._behind_gateway():
+            return headers
+        return {**(headers or {}), OUTPUT_TOKENS_HEADER: str(int(tokens))}
+
     def _later(self, coroutine) -> None:
         """Store after the answer went out; the task is kept until done (asyncio holds it weakly)."""
         task = asyncio.ensure_future(coroutine)
@@ -230,14 +252,14 @@ class OpenAIAPI:
             stored = await self.cache.get(namespace, model.endpoint, key)
             if stored is not None:
                 return Response(stored, media_type="application/json", headers={HIT_HEADER: "hit"}), model.id
-        response, model_id = await self._embed(body, model, texts)
+        response, model_id = await self._embed(body, model, texts, self._tenancy(request))
         if namespace:
             self._later(self.cache.put(namespace, model.endpoint, key, response.body))
             response.headers[HIT_HEADER] = "miss"
         return response, model_id
 
-    async def _embed(self, body: EmbeddingsRequest, model: ServedModel, texts: list[str]):
-        pending = asyncio.ensure_future(self.triton.embed(model, texts))   # counting tokens overlaps the call
+    async def _embed(self, body: EmbeddingsRequest, model: ServedModel, texts: list[str], headers: dict):
+        pending = asyncio.ensure_future(self.triton.embed(model, texts, headers))   # counting tokens overlaps the call
         try:
             tokens = self.counters[model.endpoint].count(texts)
         finally:
@@ -271,7 +293,7 @@ class OpenAIAPI:
         store = await self._cached_answer(request, model, body, completion)
         if isinstance(store, Response):
             return store, model.id
-        steps = self.triton.generate(model, request_inputs(body), param)
+        steps = self.triton.generate(model, request_inputs(body), param, self._tenancy(request))
         totals = Totals()
         if not body.stream:
             async for step in steps:
@@ -279,7 +301,9 @@ class OpenAIAPI:
             self._count_tokens(model, totals)
             if store:
                 store(totals)
-            return json_response(completion.whole(totals), headers=store and {HIT_HEADER: "miss"}), model.id
+            return json_response(completion.whole(totals),
+                                 headers=self._generated(store and {HIT_HEADER: "miss"}, totals.completion_tokens)
+                                 ), model.id
         # The first response decides the status: an error before it is an HTTP error, after it an error event.
         first = await anext(steps)
         headers = {"cache-control": "no-cache", **({HIT_HEADER: "miss"} if store else {})}
@@ -304,7 +328,7 @@ class OpenAIAPI:
         vector = context = None
         if semantic:   # everything but the last user message's words is the context it must match exactly
             context = canonical({**raw, "messages": [*raw["messages"][:-1], {"role": "user"}]})
-            vector = (await self.triton.embed(self.embedder, [body.messages[-1].text]))[0]
+            vector = (await self.triton.embed(self.embedder, [body.messages[-1].text], self._tenancy(request)))[0]
             if found := await self.cache.similar(namespace, model.endpoint, context, vector):
                 stored, score = found
                 return self._replay(request, completion, body, stored,
@@ -325,8 +349,9 @@ class OpenAIAPI:
         """A cached generation, rendered as this request asks (whole or streamed), with an id of its own."""
         totals = Totals(**orjson.loads(stored))
         if not body.stream:
-            return json_response(completion.whole(totals), headers=headers)
+            return json_response(completion.whole(totals), headers=self._generated(headers, 0))   # none generated
         slot = request.state.slot
+        behind = self._behind_gateway()
 
         async def events():
             try:
@@ -335,6 +360,8 @@ class OpenAIAPI:
                 if completion.include_usage:
                     yield sse(completion.usage_chunk(totals))
                 yield DONE
+                if behind:
+                    yield output_tokens_comment(0)   # a cached answer: nothing generated
             finally:
                 slot.release()
 
@@ -354,6 +381,8 @@ class OpenAIAPI:
             if completion.include_usage:
                 yield sse(completion.usage_chunk(totals))
             yield DONE
+            if self._behind_gateway():
+                yield output_tokens_comment(totals.completion_tokens)
             if store:
                 store(totals)
         except APIError as error:   # never a silent cut: the stream ends with the error event

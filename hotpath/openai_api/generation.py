@@ -23,6 +23,18 @@ import tritonclient.grpc as grpcclient
 
 from hotpath.openai_api.schemas import ChatCompletionRequest, CompletionRequest
 
+# The tokens a generation produced, as the engine counted them, told to the tenant gateway in-band so that it
+# gives back the unused part of the max_tokens it charged (hotpath/gateway/usage.lua, which strips both
+# before the client sees them): a header on a whole answer, a last SSE comment after `data: [DONE]` on a
+# stream. Sent only behind the gateway (the API without a key of its own).
+OUTPUT_TOKENS_HEADER = "x-hotpath-output-tokens"
+OUTPUT_TOKENS_COMMENT = b": hotpath-output-tokens="
+
+
+def output_tokens_comment(tokens: int) -> bytes:
+    return OUTPUT_TOKENS_COMMENT + str(int(tokens)).encode() + b"\n\n"
+
+
 FLAGS = ("exclude_input_in_output", "return_finish_reason", "return_num_input_tokens", "return_num_output_tokens")
 FINISH_REASONS = ("stop", "length")
 

@@ -4,6 +4,10 @@ Embeddings go out in chunks of the endpoint's max_batch_size, all chunks at once
 gRPC stream per request (decoupled model; Triton 2.51 pins a stream's model version until the stream
 ends, hotpath.client.GenerationClient) and asks for the empty final response, so the end of a request is
 its final flag, not a guess.
+
+Every call carries the caller's tenant and collection as the tenant gateway named them (`headers`:
+hotpath.runtime.tenancy's x-hotpath-tenant and x-hotpath-collection, which tritonserver forwards to the
+models as request parameters), so the models count usage for the tenant that asked (hotpath.runtime.usage).
 """
 
 from __future__ import annotations
@@ -23,6 +27,15 @@ from hotpath.client import text_input
 from hotpath.openai_api.catalog import ServedModel
 from hotpath.openai_api.errors import APIError, from_triton
 from hotpath.openai_api.generation import OUTPUTS, Step, parse_step
+from hotpath.runtime.tenancy import COLLECTION_HEADER, TENANT_HEADER
+
+TENANCY_HEADERS = (TENANT_HEADER, COLLECTION_HEADER)
+
+
+def tenancy_headers(incoming) -> dict[str, str]:
+    """The gateway's tenancy headers of an incoming request (a case-insensitive mapping), to pass on to Triton:
+    only those two, each when set."""
+    return {name: incoming[name] for name in TENANCY_HEADERS if incoming.get(name)}
 
 EMBEDDING_OUTPUT = [grpcclient.InferRequestedOutput("EMBEDDING")]
 GENERATION_OUTPUTS = [grpcclient.InferRequestedOutput(n) for n in OUTPUTS]
@@ -56,10 +69,10 @@ class Triton:
             return "StatusCode.NOT_FOUND" not in str(exc.status()) or "no available versions" in (exc.message() or "")
         return True
 
-    async def _embed_chunk(self, model: ServedModel, texts: list[str]) -> np.ndarray:
+    async def _embed_chunk(self, model: ServedModel, texts: list[str], headers: dict | None = None) -> np.ndarray:
         try:
             result = await self.client.infer(model.endpoint, [text_input("TEXT", texts)], outputs=EMBEDDING_OUTPUT,
-                                             client_timeout=self.timeout_s)
+                                             client_timeout=self.timeout_s, headers=headers or None)
         except InferenceServerException as exc:
             raise from_triton(model.endpoint, exc, "input") from None
         vectors = result.as_numpy("EMBEDDING")
@@ -67,26 +80,27 @@ class Triton:
             raise APIError(500, f"{model.endpoint}: an answer without embeddings", "server_error")
         return vectors
 
-    async def embed(self, model: ServedModel, texts: list[str]) -> np.ndarray:
-        """Embeddings [len(texts), dim] float32, in input order."""
+    async def embed(self, model: ServedModel, texts: list[str], headers: dict | None = None) -> np.ndarray:
+        """Embeddings [len(texts), dim] float32, in input order; `headers`: the caller's tenancy_headers()."""
         size = model.max_batch_size
         if len(texts) <= size:
-            return await self._embed_chunk(model, texts)
-        parts = await asyncio.gather(*(self._embed_chunk(model, texts[i:i + size])
+            return await self._embed_chunk(model, texts, headers)
+        parts = await asyncio.gather(*(self._embed_chunk(model, texts[i:i + size], headers)
                                        for i in range(0, len(texts), size)))
         return np.concatenate(parts)
 
     async def generate(self, model: ServedModel, inputs: list[grpcclient.InferInput],
-                       param: str) -> AsyncIterator[Step]:
+                       param: str, headers: dict | None = None) -> AsyncIterator[Step]:
         """The model's responses as Steps until its final one; an error response raises APIError (a 400
-        names `param`). Leaving early cancels the request on the server."""
+        names `param`). Leaving early cancels the request on the server. `headers`: the caller's
+        tenancy_headers()."""
         request = {"model_name": model.endpoint, "inputs": inputs, "outputs": GENERATION_OUTPUTS,
                    "request_id": uuid.uuid4().hex, "parameters": {"triton_enable_empty_final_response": True}}
 
         async def one():
             yield request
 
-        stream = self.client.stream_infer(one(), stream_timeout=self.timeout_s)
+        stream = self.client.stream_infer(one(), stream_timeout=self.timeout_s, headers=headers or None)
         finished = False
         try:
             async for result, error in stream:

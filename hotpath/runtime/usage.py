@@ -4,7 +4,12 @@ A model counts the units it alone can count (the tokens its tokenizer made, the 
 documents it wrote, the tokens the engine generated) under the tenant the gateway named
 (hotpath.runtime.tenancy); Triton publishes them on its metrics port beside its own `nv_*` metrics:
 
-  hotpath_usage_<kind>_total{tenant, model}   counter, one series per tenant that used the model
+  hotpath_usage_<kind>_total{tenant, model, load}   counter, one series per tenant that used the model
+
+`load` is the stub's process id, as hotpath.runtime.llm.metrics does: Triton shares one prometheus child
+between same-named families with equal labels, so two instances of a model (or an old and a new load during
+a reload) would otherwise count on one child, and the first to unload would free it under the others (a heap
+corruption of tritonserver 2.51 seen with the engine's metrics). Sum over `load` (hotpath usage does).
 
 `hotpath usage` reads them back, by tenant and time window. Each increment is one message to the Triton
 process: models count once per request in `execute()`, never per token.
@@ -12,7 +17,10 @@ process: models count once per request in `execute()`, never per token.
 
 from __future__ import annotations
 
+import os
 import threading
+
+from hotpath.runtime.tenancy import TenancyError, tenant_of
 
 PREFIX = "hotpath_usage_"
 KINDS = {
@@ -45,7 +53,8 @@ class Usage:
         with self._lock:
             metric = self._metrics.get((kind, tenant))
             if metric is None:
-                metric = self._families[kind].Metric(labels={"tenant": tenant, "model": self._model})
+                metric = self._families[kind].Metric(labels={"tenant": tenant, "model": self._model,
+                                                             "load": str(os.getpid())})
                 self._metrics[(kind, tenant)] = metric
         metric.increment(float(amount))
 
@@ -54,3 +63,19 @@ class Usage:
         with self._lock:
             self._metrics.clear()
             self._families.clear()
+
+
+def tenants_of(requests) -> list[str | None]:
+    """Each request's tenant (hotpath.runtime.tenancy.tenant_of); None for one whose tenant parameter is
+    malformed (given twice, or not a tenant's name: only a caller that went round the gateway can send
+    that), which the model refuses with TENANCY_REFUSED."""
+    out = []
+    for request in requests:
+        try:
+            out.append(tenant_of(request))
+        except TenancyError:
+            out.append(None)
+    return out
+
+
+TENANCY_REFUSED = "the request's x-hotpath-tenant parameter is given more than once or is not a tenant name"

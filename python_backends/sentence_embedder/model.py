@@ -7,7 +7,9 @@ text is validated on its own (shape, UTF-8, `max_text_bytes` / `max_text_chars` 
 tokenizing), then all valid texts go through one `encode_batch` and one encoder call (one session
 run for one text; for a batch, one run per core on length-sorted parts, at the same time). A bad request gets its own INVALID_ARGUMENT; the rest of the batch is served.
 This model runs unchanged on the local server and in the production container (Python backend in
-both), so what a request gets is the same on both by construction.
+both), so what a request gets is the same on both by construction. Each answered request's tokens (its
+texts' attention masks: special tokens in, padding out) are counted for its tenant
+(hotpath_usage_embedding_tokens_total, hotpath.runtime.usage).
 """
 
 import numpy as np
@@ -15,11 +17,12 @@ import triton_python_backend_utils as pb_utils
 
 from hotpath.runtime.backend_args import parameters, version_dir
 from hotpath.runtime.backend_io import fault_error, guarded, input_array, invalid
-from hotpath.runtime.embedder import Embedder
+from hotpath.runtime.embedder import INPUTS, Embedder
 from hotpath.runtime.lifetime import exit_with_server
 from hotpath.runtime.parameters import EmbedderParameters
-from hotpath.runtime.text import gather_texts
+from hotpath.runtime.text import encode, gather_texts
 from hotpath.runtime.timing import ExecuteLog, timed
+from hotpath.runtime.usage import TENANCY_REFUSED, Usage, tenants_of
 
 
 class TritonPythonModel:
@@ -31,24 +34,34 @@ class TritonPythonModel:
         # single-thread run per thread (hotpath.runtime.split_run); the spec ships one thread per instance.
         self.embedder = Embedder(version_dir(args), params)
         self.limits = params.text_limits()
+        self.usage = Usage(pb_utils, args["model_name"], ("embedding_tokens",))
 
     @timed
     @guarded(pb_utils, "sentence_embedder")
     def execute(self, requests):
         texts, spans, errors = gather_texts([input_array(pb_utils, r, "TEXT") for r in requests], self.limits)
-        embeddings, fault = None, None
+        embeddings, fault, mask = None, None, None
         if texts:
             try:
-                embeddings = self.embedder.embed(texts)
+                # Embedder.embed's two steps, so the attention mask (the tokens counted) is at hand
+                feeds = encode(self.embedder.tokenizer, texts)
+                mask = feeds["attention_mask"]
+                embeddings = self.embedder.runner.run({n: feeds[n] for n in INPUTS})
             except Exception as exc:  # a fault of ours, not an input's: INTERNAL for the valid requests
                 fault = fault_error(pb_utils, "sentence_embedder", exc)
         responses = []
-        for span, error in zip(spans, errors):
+        for span, error, tenant in zip(spans, errors, tenants_of(requests)):
+            if error is None and tenant is None:
+                error = TENANCY_REFUSED
             if error is not None:
                 responses.append(invalid(pb_utils, "sentence_embedder", error))
             elif fault is not None:
                 responses.append(pb_utils.InferenceResponse(error=fault))
             else:
+                self.usage.add("embedding_tokens", tenant, int(mask[span[0]:span[1]].sum()))
                 responses.append(pb_utils.InferenceResponse(
                     [pb_utils.Tensor("EMBEDDING", np.ascontiguousarray(embeddings[span[0]:span[1]]))]))
         return responses
+
+    def finalize(self):
+        self.usage.close()

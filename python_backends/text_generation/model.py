@@ -14,6 +14,11 @@ flag, errors included. Errors: input faults INVALID_ARGUMENT (before anything is
 queue or a shutdown UNAVAILABLE, faults INTERNAL; every message starts with "text_generation: [STATUS] "
 (hotpath.client reads the class there: a gRPC stream response carries the message only).
 
+Usage: when a request ends (finished, cancelled or stopped), its prompt tokens and the tokens generated, as
+vLLM counted them (the prompt's token ids and every generated token id: the engine's input_tokens and
+output_tokens, the same numbers num_input_tokens and num_output_tokens return), are counted once for its
+tenant (hotpath_usage_input_tokens_total, hotpath_usage_output_tokens_total: hotpath.runtime.usage).
+
 Cancellation: a client that cancels its stream gets its sequence aborted in vLLM (KV freed). Unload and
 shutdown: Triton finalizes a decoupled model only once its response senders are closed, so while requests
 are in flight a watcher polls `pb_utils.is_model_ready` and, once an unload or shutdown began, ends them
@@ -34,6 +39,7 @@ from hotpath.runtime.llm.engine_client import EngineClient, EngineGone, engine_d
 from hotpath.runtime.llm.metrics import EngineMetrics
 from hotpath.runtime.llm.request import INPUTS, InputError, parse_request
 from hotpath.runtime.llm.settings import engine_python, from_parameters
+from hotpath.runtime.usage import TENANCY_REFUSED, Usage, tenants_of
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 WATCH_S = 0.5            # unload watcher and cancellation poll period
@@ -60,9 +66,17 @@ def _string(value):
 class Stream:
     """One request: turns the engine's replies into Triton responses through its response sender."""
 
-    def __init__(self, sender, request):
+    def __init__(self, sender, request, tenant="local", usage=None):
         self.sender, self.request, self.text = sender, request, []
+        self.tenant, self.usage = tenant, usage
         self.lock = threading.Lock()
+
+    def _count(self, message):
+        """The request's tokens, once, on its last reply (whoever is listening)."""
+        usage, self.usage = self.usage, None
+        if usage is not None:
+            usage.add("input_tokens", self.tenant, int(message.get("input_tokens") or 0))
+            usage.add("output_tokens", self.tenant, int(message.get("output_tokens") or 0))
 
     def reply(self, message):
         with self.lock:
@@ -72,6 +86,8 @@ class Stream:
                 self._close(pb_utils.InferenceResponse(error=_error(message["error"], _code(message.get("status")))))
                 return
             req, finish = self.request, message.get("finish")
+            if finish is not None:
+                self._count(message)
             if finish == "cancelled" and self.sender.is_cancelled():
                 self._close()   # nobody is listening
                 return
@@ -146,6 +162,7 @@ class TritonPythonModel:
         self.streams = {}
         self.lock = threading.Lock()
         self.metrics = None
+        self.usage = Usage(pb_utils, args["model_name"], ("input_tokens", "output_tokens"))
         self.engine = EngineClient(engine_python(s, ROOT), engine_settings, engine_environment(s.cpu_list(), device),
                                    on_stats=self._stats, log=pb_utils.Logger.log_warn)
         try:
@@ -171,12 +188,14 @@ class TritonPythonModel:
             self.metrics.publish(stats)
 
     def execute(self, requests):
-        for request in requests:
+        for request, tenant in zip(requests, tenants_of(requests)):
             sender = request.get_response_sender()
             try:
+                if tenant is None:
+                    raise InputError(TENANCY_REFUSED)
                 parsed = parse_request(self._inputs(request), self.settings.max_tokens_limit,
                                        self.settings.max_input_bytes)
-                stream = Stream(sender, parsed)
+                stream = Stream(sender, parsed, tenant, self.usage)
                 rid = uuid.uuid4().hex
                 with self.lock:
                     limit = self.settings.max_num_seqs + self.settings.max_queue
@@ -286,3 +305,4 @@ class TritonPythonModel:
         if self.metrics is not None:
             metrics, self.metrics = self.metrics, None
             metrics.stop()
+        self.usage.close()

@@ -340,12 +340,13 @@ def test_internal_step_models_are_not_reachable_through_the_gateway(gateway):
 
 
 def test_generation_is_charged_its_tokens(generation_gateway):
-    """gamma may ask 100 tokens a minute: 64 pass, 64 more are refused for now, 500 can never fit."""
+    """gamma may ask 100 tokens a minute: 64 pass (the unused part given back when the stream ends), 100 more
+    are refused for now (the tokens generated stay charged), 500 can never fit."""
     gateway = generation_gateway
     with GenerationClient(gateway.grpc_url, token=TOKENS["gamma"]) as generation:
         assert generation.generate("Say hello.", max_tokens=64).completion_tokens >= 1
         with pytest.raises(ClientError) as later:
-            generation.generate("Say hello again.", max_tokens=64)
+            generation.generate("Say hello again.", max_tokens=100)
         assert later.value.status == "RESOURCE_EXHAUSTED" and "tokens per minute" in str(later.value)
     status, body = _http(gateway.http_url, "/v2/models/text_generation/generate_stream", "POST",
                          {"text_input": "hi", "sampling_parameters": '{"max_tokens": 500}', "stream": True,

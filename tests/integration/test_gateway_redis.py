@@ -260,7 +260,9 @@ def test_retrieval_reads_are_cached_until_a_write(replicas, redis_up):
     def stored(body):
         """The search's answer is in Redis under the store's current version."""
         key = cache_key("open", "retrieval", build, b"/v2/models/retrieval/infer\n\n" + body)
-        version = lambda: client.get(STORE_VERSION_PREFIX + "retrieval") or b"0"   # noqa: E731
+        # the shared corpus's version and the collection's ("open": the tenant's own; exact_cache.lua)
+        version = lambda: b".".join(client.get(STORE_VERSION_PREFIX + f"retrieval:{c}") or b"0"   # noqa: E731
+                                    for c in ("shared", "open"))
         return lambda: (client.get(key) or b"").startswith(version() + b"\n")
 
     hit, first, body = _search(replicas[0], query)
@@ -270,7 +272,7 @@ def test_retrieval_reads_are_cached_until_a_write(replicas, redis_up):
     assert (hit, again) == ("hit", first)
 
     token = TOKENS["open"]
-    store_version = lambda: int(client.get(STORE_VERSION_PREFIX + "retrieval") or b"0")   # noqa: E731
+    store_version = lambda: int(client.get(STORE_VERSION_PREFIX + "retrieval:open") or b"0")   # noqa: E731
     before = store_version()
     with RetrievalClient(replicas[1].grpc_url, token=token) as rc:   # gRPC to B: a write moves the version
         assert rc.upsert([doc_id], [query]) == [False]

@@ -78,7 +78,10 @@ def test_config_with_redis_has_the_cache_filters_and_the_status_server(tmp_path)
     cfg = json.loads(shared.private_files()[CONFIG_FILE])
     assert cfg["redis"]["timeout_ms"] == 40 and cfg["redis"]["gcra_sha"] and cfg["cache"]["build"] == "b"
     assert cfg["tenants"]["a"] == {"requests_per_s": 100, "burst": 50, "tokens_per_min": 30000,
-                                   "redis_failure": "closed", "cache_namespace": "a"}
+                                   "redis_failure": "closed", "cache_namespace": "a",
+                                   # no scopes: every endpoint (front_door.callable_names)
+                                   "calls": {"text_embedding": "call"}, "openai": {},
+                                   "public_list": "text_embedding"}
     assert cfg["models"]["text_embedding"]["cacheable"] is True
     assert "redis" not in json.loads(plain.private_files()[CONFIG_FILE])
     assert os.path.basename(GCRA_SCRIPT) == "gcra.redis.lua"

@@ -42,7 +42,7 @@ def engine_device(env: dict[str, str] | None = None, gpus_dir: str = "/proc/driv
 def engine_environment(cpu_list: str, device: str | None = None) -> dict[str, str]:
     """The engine's environment: the stub's, less Triton's library path (the vLLM venv brings its own torch
     and libraries). On CPU (`device`, default engine_device()), vLLM's CPU settings for this host
-    (../shared/RUNTIME_NOTES.md: all CPUs bound, none reserved: 'auto' keeps one compute thread on 2 cores,
+    (docs/runtime_notes.md: all CPUs bound, none reserved: 'auto' keeps one compute thread on 2 cores,
     144 vs 173 tok/s) and tcmalloc preloaded; on CUDA none of them (and none inherited): CPU thread binding
     and a preloaded allocator have no place beside the CUDA engine."""
     device = device or engine_device()

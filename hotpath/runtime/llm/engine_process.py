@@ -4,7 +4,7 @@
 
 Started by hotpath.runtime.llm.engine_client from text_generation's Triton stub. The stub's environment
 keeps numpy 1.26 (Triton 2.51's stub mis-reads string tensors under numpy 2) and vLLM needs numpy 2, so
-the engine lives here (issue 26, ../shared/RUNTIME_NOTES.md). Standard library + vLLM only.
+the engine lives here (docs/runtime_notes.md). Standard library + vLLM only.
 
 In (stdin), one JSON object a line:
     {"op": "add", "id", "text" | "messages", "sampling": {...}, "prompt_text": bool}

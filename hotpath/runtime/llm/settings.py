@@ -13,7 +13,7 @@ from pathlib import Path
 
 DTYPES = ("auto", "float32", "bfloat16")
 # bf16 is native where the CPU has AVX512-BF16 or AMX; elsewhere vLLM would emulate it (slower, and its
-# greedy tokens drift from fp32: issue 26, 4/8 prompts equal), so fp32 is the default there.
+# greedy tokens drift from fp32: 4/8 prompts equal, measured), so fp32 is the default there.
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 MIB = 1 << 20
 
