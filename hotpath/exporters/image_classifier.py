@@ -6,8 +6,9 @@ Out: SCORES fp32 [N, 5] (softmax probabilities, descending), CLASS_IDS int32 [N,
 
 Why everything after the logits lives in the graph: Triton's classification extension is asked
 for per request (`class_count`), so an ensemble cannot expose it as fixed outputs, and a Python
-postprocess step costs a stub round trip per batch (shared-memory copy in and out, measured in
-the image-classification closing note) for arithmetic ONNX Runtime does in microseconds.
+postprocess step costs a stub round trip per batch (a shared-memory copy in and out, ~0.2-0.4 ms:
+docs/runtime_notes.md; perf/reports/image_postprocess_choice.md) for arithmetic ONNX Runtime does
+in microseconds.
 The graph does the uint8 -> float cast, `(x - 127) / 128` and NHWC -> NCHW, so the Python
 preprocess step does no float math and moves a quarter of the bytes.
 

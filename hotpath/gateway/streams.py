@@ -292,6 +292,8 @@ class StreamAdmission:
     def _answer(self, raw: bytes, pending: Pending, tenant: str, returns: set) -> bytes:
         """A replica's response as the client gets it; the last answer of a charged generation gives back
         what it did not generate (a task: the answer does not wait for it)."""
+        if not pending.by_id:   # nothing charged waits for its count: the answer goes back unparsed
+            return raw
         try:
             response = service_pb2.ModelStreamInferResponse.FromString(raw)
         except DecodeError:

@@ -171,7 +171,7 @@ def test_rolling_out_new_versions_and_configs_under_load_fails_no_request(reposi
           f"({', '.join(f'{m} {s:.1f} s' for m, s in took.items())}), 0 failed")
 
 
-@pytest.mark.xfail(reason="known defect (closing note of stop 33): in two of four full-suite runs the streams in "
+@pytest.mark.xfail(reason="known defect: in two of four full-suite runs the streams in "
                    "flight at SIGTERM were not ended and tritonserver waited out its exit timeout (rc 1); module "
                    "runs pass; cause not found", strict=False)
 def test_sigterm_ends_streams_in_flight_promptly_and_retryably(built_repository, tmp_path):
