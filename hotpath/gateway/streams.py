@@ -56,8 +56,9 @@ OUT_QUEUE = 64   # responses buffered per stream before the relay stops reading 
 
 
 def requested_tokens(request: service_pb2.ModelInferRequest) -> int:
-    """max_tokens of a generation request's sampling_parameters (a JSON text; 0 when absent or unreadable:
-    front_door.lua then charges the model's default; a malformed value is the model's to refuse)."""
+    """max_tokens (times n, its choices) of a generation request's sampling_parameters (a JSON text; 0 when
+    max_tokens is absent or unreadable: front_door.lua then charges the model's default; a malformed value is
+    the model's to refuse)."""
     for index, tensor in enumerate(request.inputs):
         if tensor.name != MAX_TOKENS_INPUT:
             continue
@@ -69,10 +70,12 @@ def requested_tokens(request: service_pb2.ModelInferRequest) -> int:
         else:
             return 0
         try:
-            value = json.loads(text).get("max_tokens")
+            params = json.loads(text)
+            value, n = params.get("max_tokens"), params.get("n", 1)
         except (ValueError, AttributeError):
             return 0
-        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
+        n = min(n, 8) if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1   # every choice generates
+        return value * n if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
     return 0
 
 

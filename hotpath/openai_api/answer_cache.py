@@ -1,7 +1,7 @@
 """The OpenAI API's answers in the fleet's Redis (`HOTPATH_REDIS_URL`), shared by every API replica.
 
 - **Exact**: a deterministic call (every embeddings call; a completion that is greedy, temperature 0, or
-  seeded) is answered from Redis when the same request was answered before, by any replica. The key is
+  seeded, with one choice and no log-probabilities) is answered from Redis when the same request was answered before, by any replica. The key is
   hotpath.shared_state.cache_key's: the tenant's cache namespace, the served model, the repository build
   and the request's canonical JSON without what only shapes the reply (`stream`, `stream_options`), so a
   streamed and a whole request share one answer. Embeddings keep the response bytes (a hit is byte for
@@ -51,8 +51,11 @@ def canonical(body: dict, drop: tuple[str, ...] = PRESENTATION) -> bytes:
 
 
 def deterministic(body) -> bool:
-    """A completion whose answer is a function of its request: greedy or seeded (n is always 1 here)."""
-    return body.temperature == 0 or body.seed is not None
+    """A completion whose answer is a function of its request and that the cache replays exactly: greedy
+    (temperature 0) or seeded, one choice, no log-probabilities (the cache keeps a choice's text, finish
+    reason and token counts only; n > 1 or logprobs are generated every time)."""
+    return ((body.temperature == 0 or body.seed is not None) and body.choices == 1
+            and body.top_logprobs_wanted is None)
 
 
 class AnswerCache:

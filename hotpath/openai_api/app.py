@@ -1,8 +1,8 @@
 """The OpenAI-compatible HTTP API (Starlette on uvicorn) over the repository's endpoints.
 
-Routes: POST /v1/embeddings, /v1/chat/completions, /v1/completions; GET /v1/models[/{id}], /health,
-/metrics. Every answer other than 200 is an OpenAI error object (hotpath.openai_api.errors), unknown
-routes and methods included. Bodies are bounded before they are parsed (413), must keep arriving (408
+Routes: POST /v1/embeddings, /v1/chat/completions, /v1/completions, /tokenize, /detokenize (vLLM's);
+GET /v1/models[/{id}], /health, /metrics. Every answer other than 200 is an OpenAI error object
+(hotpath.openai_api.errors), unknown routes and methods included. Bodies are bounded before they are parsed (413), must keep arriving (408
 when nothing came for `body_timeout_s`), are parsed strictly (400 naming the field), and at most
 `max_in_flight` requests are answered at once (429 with Retry-After beyond that: a fast refusal instead
 of a queue in front of Triton's own). A request takes its place among those only once its body is whole:
@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from hotpath.openai_api.generation import (
     Totals,
     output_tokens_comment,
     request_inputs,
+    request_outputs,
 )
 from hotpath.openai_api.metrics import APIMetrics
 from hotpath.openai_api.schemas import (
@@ -52,8 +52,13 @@ from hotpath.openai_api.schemas import (
     COMPLETION_REFUSED,
     ChatCompletionRequest,
     CompletionRequest,
+    DetokenizeRequest,
     EmbeddingsRequest,
+    TokenizeChatRequest,
+    TokenizeRequest,
+    logprobs_fault,
 )
+from hotpath.openai_api.tokenization import ModelTokenizer, check_ids, check_text
 from hotpath.openai_api.tokens import TokenCounter
 from hotpath.openai_api.triton import Triton, tenancy_headers
 from hotpath.shared_state.cache_key import HIT_HEADER, NAMESPACE_HEADER
@@ -106,11 +111,14 @@ class OpenAIAPI:
         self.embedder = next((m for m in self.models.values()
                               if m.kind == "embedding" and m.endpoint == config.semantic_model), None)
         self._stores: set[asyncio.Task] = set()
+        self._tokenizers: dict[str, ModelTokenizer] = {}
         self.in_flight = 0
         self.app = Starlette(routes=[
             Route("/v1/embeddings", self.route("embeddings", self.embeddings), methods=["POST"]),
             Route("/v1/chat/completions", self.route("chat", self.chat), methods=["POST"]),
             Route("/v1/completions", self.route("completions", self.completions), methods=["POST"]),
+            Route("/tokenize", self.route("tokenize", self.tokenize), methods=["POST"]),
+            Route("/detokenize", self.route("detokenize", self.detokenize), methods=["POST"]),
             Route("/v1/models", self.route("models", self.list_models, counted=False), methods=["GET"]),
             Route("/v1/models/{model:path}", self.route("models", self.get_model, counted=False), methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
@@ -278,6 +286,8 @@ class OpenAIAPI:
         body: ChatCompletionRequest = await self._body(request, ChatCompletionRequest)
         if refused := CHAT_REFUSED.check(body):
             raise errors.unsupported(refused)
+        if fault := logprobs_fault(body):
+            raise errors.invalid("'top_logprobs' needs 'logprobs': true", fault, "invalid_value")
         return await self._generate(request, self._model(body.model, "generation", chat=True), body, "messages")
 
     async def completions(self, request: Request):
@@ -293,7 +303,8 @@ class OpenAIAPI:
         store = await self._cached_answer(request, model, body, completion)
         if isinstance(store, Response):
             return store, model.id
-        steps = self.triton.generate(model, request_inputs(body), param, self._tenancy(request))
+        steps = self.triton.generate(model, request_inputs(body), param, self._tenancy(request),
+                                     request_outputs(body))
         totals = Totals()
         if not body.stream:
             async for step in steps:
@@ -319,6 +330,7 @@ class OpenAIAPI:
         raw = orjson.loads(request.state.raw)
         exact = deterministic(body)
         semantic = (completion.chat and self.embedder is not None and body.messages[-1].role == "user"
+                    and body.choices == 1 and body.top_logprobs_wanted is None
                     and request.headers.get(SEMANTIC_HEADER, "").lower() == "on")
         if not (exact or semantic):
             return None
@@ -337,7 +349,7 @@ class OpenAIAPI:
         def store(totals: Totals) -> None:
             if totals.finish_reason not in FINISH_REASONS:   # a cancelled or failed generation is not an answer
                 return
-            answer = orjson.dumps(dataclasses.asdict(totals))
+            answer = orjson.dumps(totals.answer())
             if exact:
                 self._later(self.cache.put(namespace, model.endpoint, key, answer))
             if semantic:
@@ -372,12 +384,16 @@ class OpenAIAPI:
                       store=None):
         try:
             totals.add(first)
-            yield sse(completion.chunk(first.text, None, first=True))
+            for i in range(completion.n):   # each choice's first chunk (chat: with its role)
+                yield sse(completion.chunk(first.text_of(i), None, first=True, index=i, logprobs=first.logprobs_of(i)))
             async for step in steps:
                 totals.add(step)
-                if step.text:
-                    yield sse(completion.chunk(step.text))
-            yield sse(completion.chunk(None, totals.finish_reason))
+                for i in range(completion.n):
+                    text, logprobs = step.text_of(i), step.logprobs_of(i)
+                    if text or logprobs:
+                        yield sse(completion.chunk(text, index=i, logprobs=logprobs))
+            for i in range(completion.n):
+                yield sse(completion.chunk(None, totals.of(i).finish_reason, index=i))
             if completion.include_usage:
                 yield sse(completion.usage_chunk(totals))
             yield DONE
@@ -397,6 +413,41 @@ class OpenAIAPI:
     def _count_tokens(self, model: ServedModel, totals: Totals) -> None:
         self.metrics.tokens.labels(model.id, "prompt").inc(totals.prompt_tokens)
         self.metrics.tokens.labels(model.id, "completion").inc(totals.completion_tokens)
+
+    def _tokenizer(self, name: str) -> tuple[ServedModel, ModelTokenizer]:
+        """A generation model's own tokenizer (loaded once); 404 for a model without one."""
+        model = self.models.get(name)
+        if model is None or model.kind != "generation" or model.export is None:
+            raise errors.model_not_found(name)
+        if model.endpoint not in self._tokenizers:
+            self._tokenizers[model.endpoint] = ModelTokenizer(model.export)
+        return model, self._tokenizers[model.endpoint]
+
+    async def tokenize(self, request: Request):
+        body = await self._body(request, TokenizeRequest)
+        model, tokenizer = self._tokenizer(body.model)
+        if isinstance(body, TokenizeChatRequest):
+            if body.add_generation_prompt and body.continue_final_message:
+                raise errors.invalid("'continue_final_message' cannot be true with 'add_generation_prompt' true",
+                                     "continue_final_message", "invalid_value")
+            messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text}
+                        for m in body.messages]
+            for i, m in enumerate(messages):
+                check_text(m["content"], f"messages[{i}].content")
+            text = tokenizer.render(messages, body.add_generation_prompt, body.continue_final_message)
+        else:
+            check_text(body.prompt, "prompt")
+            text = body.prompt
+        ids = await asyncio.to_thread(tokenizer.encode, text, body.add_special_tokens)   # a big text: off the loop
+        return json_response({"count": len(ids), "max_model_len": model.context_length, "tokens": ids,
+                              "token_strs": tokenizer.token_strs(ids) if body.return_token_strs else None}), model.id
+
+    async def detokenize(self, request: Request):
+        body: DetokenizeRequest = await self._body(request, DetokenizeRequest)
+        model, tokenizer = self._tokenizer(body.model)
+        check_ids(body.tokens, tokenizer.vocab_size)
+        text = await asyncio.to_thread(tokenizer.decode, body.tokens)
+        return json_response({"prompt": text}), model.id
 
     async def list_models(self, _request: Request):
         return json_response({"object": "list", "data": [m.card() for m in self.models.values()]}), "-"
@@ -423,7 +474,7 @@ class OpenAIAPI:
 
     async def http_error(self, _request: Request, exc: HTTPException) -> Response:
         kinds = {404: ("Unknown route (this server answers /v1/embeddings, /v1/chat/completions, "
-                       "/v1/completions, /v1/models, /health, /metrics)", "not_found"),
+                       "/v1/completions, /v1/models, /tokenize, /detokenize, /health, /metrics)", "not_found"),
                  405: ("Method not allowed on this route", "method_not_allowed")}
         message, code = kinds.get(exc.status_code, (str(exc.detail), None))
         return error_response(APIError(exc.status_code, message, "invalid_request_error", None, code))

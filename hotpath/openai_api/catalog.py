@@ -43,6 +43,7 @@ class ServedModel:
     max_text_chars: int | None = None
     chat: bool = False           # takes `messages` (chat template inside the model)
     created: int = 0
+    export: Path | None = None   # generation: the exported model directory (tokenizer.json, chat template)
 
     def card(self) -> dict:
         """The /v1/models entry."""
@@ -93,8 +94,14 @@ def _generation(repo: Repository, name: str, config: mc.ModelConfig) -> ServedMo
     inputs = {i.name for i in config.input}
     if not config.model_transaction_policy.decoupled or "text_input" not in inputs:
         return None
+    export = None
+    try:
+        candidate = _version_dir(repo.path / name) / "export"
+        export = candidate if (candidate / "tokenizer.json").is_file() else None
+    except (HotpathError, OSError):
+        pass
     return ServedModel(name, name, "generation", _int_param(config, "max_model_len", "max_context"),
-                       chat="messages" in inputs)
+                       chat="messages" in inputs, export=export)
 
 
 def served_models(repository: Path, aliases: dict[str, str] | None = None) -> dict[str, ServedModel]:

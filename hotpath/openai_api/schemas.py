@@ -1,10 +1,11 @@
 """Request bodies of the OpenAI-compatible API, validated strictly (pydantic, extra="forbid").
 
 Every field the OpenAI API defines for a route is either honoured or refused with 400 naming it
-(`param`): an unknown field, and a known one the engine cannot honour (n > 1, logprobs, tools,
-logit_bias, penalties, ...), never pass silently. A refused field may still be sent
-with the value that asks for nothing (n = 1, logprobs = false, a zero penalty): clients and frameworks
-send those defaults. Numbers are bounded here, before any tensor is built: no int reaches a tensor
+(`param`): an unknown field, and a known one the engine cannot honour (tools, logit_bias, penalties,
+best_of, ...), never pass silently. A refused field may still be sent with the value that asks for
+nothing (best_of = 1, an empty logit_bias, a zero penalty): clients and frameworks send those defaults.
+`n` (1..8), chat's `logprobs` / `top_logprobs` (0..20) and completions' `logprobs` (0..5) are honoured:
+the engine samples the choices and returns its own log-probabilities. Numbers are bounded here, before any tensor is built: no int reaches a tensor
 type it does not fit, no NaN or infinity reaches the sampler. `response_format` (text, json_object,
 json_schema) is honoured: the engine constrains its output (text_generation's `structured_outputs`), with
 the schema bounded here as the engine bounds it (hotpath.runtime.llm.request.check_constraint).
@@ -23,6 +24,9 @@ from hotpath.runtime.llm.request import InputError, check_constraint
 MAX_EMBEDDING_INPUTS = 2048
 MAX_STOP = 4                 # OpenAI's limit of stop sequences
 MAX_MESSAGES = 256
+MAX_N = 8                    # choices per request (text_generation's sampling_parameters.n allows as many)
+MAX_TOP_LOGPROBS = 20        # chat's top_logprobs (OpenAI's and vLLM's limit)
+MAX_COMPLETION_LOGPROBS = 5  # /v1/completions' logprobs (OpenAI's legacy limit)
 SEED_RANGE = (-(2 ** 63), 2 ** 63 - 1)
 
 
@@ -133,11 +137,12 @@ class Sampling(Strict):
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     user: StrictStr | None = None
+    n: Annotated[StrictInt, Field(ge=1, le=MAX_N)] | None = None   # choices, each with its index
+    # chat: logprobs true/false with top_logprobs 0..20; completions: logprobs 0..5 (the legacy shape)
+    logprobs: StrictBool | None = None
+    top_logprobs: Annotated[StrictInt, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     # Accepted only with the values that ask for nothing (Unsupported below); typed so that a wrong
     # type is still a 400 naming the field.
-    n: StrictInt | None = None
-    logprobs: StrictBool | StrictInt | None = None
-    top_logprobs: StrictInt | None = None
     logit_bias: dict[StrictStr, float] | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
@@ -159,6 +164,18 @@ class Sampling(Strict):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def choices(self) -> int:
+        return self.n or 1
+
+    @property
+    def top_logprobs_wanted(self) -> int | None:
+        """The engine's sampling_parameters.logprobs: top log-probabilities per token (0: the chosen token's
+        alone), None when the request asks for no log-probabilities."""
+        if self.logprobs is True:
+            return self.top_logprobs or 0
+        return None
 
 
 class ChatCompletionRequest(Sampling):
@@ -184,6 +201,7 @@ class ChatCompletionRequest(Sampling):
 
 class CompletionRequest(Sampling):
     prompt: StrictStr | Annotated[list[StrictStr], Field(min_length=1, max_length=1)]
+    logprobs: Annotated[StrictInt, Field(ge=0, le=MAX_COMPLETION_LOGPROBS)] | None = None   # legacy: an integer
     echo: StrictBool | None = None
     suffix: StrictStr | None = None
 
@@ -195,13 +213,63 @@ class CompletionRequest(Sampling):
     def token_limit(self) -> int | None:
         return self.max_tokens
 
+    @property
+    def top_logprobs_wanted(self) -> int | None:
+        return self.logprobs
+
+
+def logprobs_fault(request: Sampling) -> str | None:
+    """The field to name when a chat asks for top_logprobs without logprobs (OpenAI's rule), else None."""
+    if isinstance(request, ChatCompletionRequest) and request.top_logprobs and request.logprobs is not True:
+        return "top_logprobs"
+    return None
+
 
 _NOTHING = (None,)
-_SAMPLING_REFUSED = dict(n=(None, 1), logprobs=(None, False, 0), top_logprobs=(None, 0), logit_bias=(None, {}),
-                         presence_penalty=(None, 0, 0.0), frequency_penalty=(None, 0, 0.0), best_of=(None, 1))
+_SAMPLING_REFUSED = dict(logit_bias=(None, {}), presence_penalty=(None, 0, 0.0), frequency_penalty=(None, 0, 0.0), best_of=(None, 1))
 CHAT_REFUSED = Unsupported(**_SAMPLING_REFUSED, tools=(None, []), tool_choice=(None, "none"), functions=(None, []),
                            function_call=(None, "none"),
                            parallel_tool_calls=_NOTHING, modalities=(None, ["text"]), audio=_NOTHING,
                            prediction=_NOTHING, reasoning_effort=_NOTHING, service_tier=(None, "auto", "default"),
                            store=(None, False), metadata=_NOTHING)
-COMPLETION_REFUSED = Unsupported(**_SAMPLING_REFUSED, echo=(None, False), suffix=(None, ""))
+COMPLETION_REFUSED = Unsupported(**_SAMPLING_REFUSED, top_logprobs=(None, 0), echo=(None, False), suffix=(None, ""))
+
+
+# -- /tokenize and /detokenize (vLLM's shapes; hotpath.openai_api.tokenization)
+
+TOKEN_ID_MAX = 2 ** 32 - 1   # ids past 32 bits are refused before the vocabulary check
+
+
+class TokenizeCompletionRequest(Strict):
+    model: StrictStr
+    prompt: StrictStr
+    add_special_tokens: StrictBool = True
+    return_token_strs: StrictBool | None = False
+
+
+class TokenizeChatRequest(Strict):
+    model: StrictStr
+    messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)]
+    add_generation_prompt: StrictBool = True
+    continue_final_message: StrictBool = False
+    add_special_tokens: StrictBool = False
+    return_token_strs: StrictBool | None = False
+
+
+class TokenizeRequest:
+    """tokenize's body: the chat form when it has `messages`, else the prompt form (as vLLM tells them)."""
+
+    @staticmethod
+    def model_validate_json(raw: bytes):
+        import json
+
+        try:
+            chat = "messages" in json.loads(raw)
+        except (ValueError, TypeError, RecursionError):
+            chat = False
+        return (TokenizeChatRequest if chat else TokenizeCompletionRequest).model_validate_json(raw)
+
+
+class DetokenizeRequest(Strict):
+    model: StrictStr
+    tokens: list[Annotated[StrictInt, Field(ge=0, le=TOKEN_ID_MAX)]]

@@ -90,11 +90,13 @@ class Triton:
         return np.concatenate(parts)
 
     async def generate(self, model: ServedModel, inputs: list[grpcclient.InferInput],
-                       param: str, headers: dict | None = None) -> AsyncIterator[Step]:
+                       param: str, headers: dict | None = None, outputs: tuple[str, ...] | None = None
+                       ) -> AsyncIterator[Step]:
         """The model's responses as Steps until its final one; an error response raises APIError (a 400
         names `param`). Leaving early cancels the request on the server. `headers`: the caller's
-        tenancy_headers()."""
-        request = {"model_name": model.endpoint, "inputs": inputs, "outputs": GENERATION_OUTPUTS,
+        tenancy_headers(); `outputs`: the outputs to ask for (default: OUTPUTS)."""
+        requested = GENERATION_OUTPUTS if outputs is None else [grpcclient.InferRequestedOutput(n) for n in outputs]
+        request = {"model_name": model.endpoint, "inputs": inputs, "outputs": requested,
                    "request_id": uuid.uuid4().hex, "parameters": {"triton_enable_empty_final_response": True}}
 
         async def one():

@@ -2,9 +2,11 @@
 
 Inputs: text_input or hotpath's `messages` (chat turns, rendered with the model's chat template),
 sampling_parameters (JSON), stream, exclude_input_in_output, return_finish_reason,
-return_num_input_tokens, return_num_output_tokens (hotpath.runtime.llm.request). Outputs: text_output
-(a delta per response when streaming, else the whole text in one response), finish_reason (stop | length
-| cancelled), num_input_tokens, num_output_tokens (UINT32), each when asked for.
+return_num_input_tokens, return_num_output_tokens, return_logprobs (hotpath.runtime.llm.request). Outputs:
+text_output (a delta per response when streaming, else the whole text in one response), finish_reason (stop
+| length | cancelled), num_input_tokens, num_output_tokens (UINT32), logprobs (JSON), each when asked for;
+text_output, finish_reason and logprobs hold one element per choice (sampling_parameters.n, as Triton's
+vLLM backend), num_output_tokens the tokens of every choice together.
 
 The engine is vLLM's AsyncLLM in a child process started from the vLLM environment
 (hotpath.runtime.llm.engine_process): this stub keeps numpy 1.26, which Triton 2.51's stub needs for
@@ -26,6 +28,7 @@ are in flight a watcher polls `pb_utils.is_model_ready` and, once an unload or s
 killed (hotpath.runtime.lifetime ends the stub with its server).
 """
 
+import json
 import os
 import threading
 import uuid
@@ -59,15 +62,25 @@ def _code(status):
             "UNAVAILABLE": pb_utils.TritonError.UNAVAILABLE}.get(status, pb_utils.TritonError.INTERNAL)
 
 
-def _string(value):
-    return np.array([value.encode("utf-8")], dtype=np.object_)
+def _strings(values):
+    return np.array([v.encode("utf-8") for v in values], dtype=np.object_)
 
 
 class Stream:
-    """One request: turns the engine's replies into Triton responses through its response sender."""
+    """One request: turns the engine's replies into Triton responses through its response sender.
+
+    Each response holds one element per choice (sampling_parameters.n, Triton's vLLM backend's shape):
+    text_output [n] (deltas when streaming, else each choice's whole text) and, with return_logprobs,
+    logprobs [n] (JSON per choice: the engine's values for the same tokens, engine_process.token_logprobs);
+    on the last one finish_reason [n], num_input_tokens [1] and num_output_tokens [1] (every choice's
+    tokens together: the tokens the request cost)."""
 
     def __init__(self, sender, request, tenant="local", usage=None):
-        self.sender, self.request, self.text = sender, request, []
+        self.sender, self.request = sender, request
+        self.n = request.n
+        self.texts = [[] for _ in range(self.n)]       # whole answers (not streamed): each choice's deltas
+        self.logprobs = [[] for _ in range(self.n)]
+        self.prompt = ""
         self.tenant, self.usage = tenant, usage
         self.lock = threading.Lock()
 
@@ -77,6 +90,21 @@ class Stream:
         if usage is not None:
             usage.add("input_tokens", self.tenant, int(message.get("input_tokens") or 0))
             usage.add("output_tokens", self.tenant, int(message.get("output_tokens") or 0))
+
+    def _choices(self, message):
+        """(text deltas, logprob deltas), one per choice, and whether any moved."""
+        texts, logprobs, moved = [""] * self.n, [[] for _ in range(self.n)], False
+        choices = message.get("choices")
+        if choices is None:   # a reply without choices (cancelled): choice 0's text, if any
+            choices = [{"index": 0, "text": message.get("text") or ""}]
+        for choice in choices:
+            i = choice["index"]
+            if not 0 <= i < self.n:
+                continue
+            texts[i] += choice.get("text") or ""
+            logprobs[i].extend(choice.get("logprobs") or ())
+            moved = moved or bool(choice.get("text") or choice.get("logprobs"))
+        return texts, logprobs, moved
 
     def reply(self, message):
         with self.lock:
@@ -91,26 +119,34 @@ class Stream:
             if finish == "cancelled" and self.sender.is_cancelled():
                 self._close()   # nobody is listening
                 return
+            texts, logprobs, moved = self._choices(message)
             if req.stream:
-                if message["text"] or finish is not None:
-                    response = self._response(message["text"], message, finish)
+                if moved or finish is not None:
+                    response = self._response(texts, logprobs, message, finish)
                     if finish is None:
                         self.sender.send(response)
                     else:
                         self._close(response)
                 return
             if "prompt" in message:
-                self.text.append(message["prompt"])
-            self.text.append(message["text"])
+                self.prompt = message["prompt"]
+            for i in range(self.n):
+                self.texts[i].append(texts[i])
+                self.logprobs[i].extend(logprobs[i])
             if finish is not None:
-                self._close(self._response("".join(self.text), message, finish))
+                self._close(self._response([self.prompt + "".join(t) for t in self.texts], self.logprobs, message,
+                                           finish))
 
-    def _response(self, text, message, finish):
+    def _response(self, texts, logprobs, message, finish):
         req = self.request
-        tensors = [pb_utils.Tensor("text_output", _string(text))]
+        tensors = [pb_utils.Tensor("text_output", _strings(texts))]
+        if req.want_logprobs:
+            tensors.append(pb_utils.Tensor("logprobs", _strings([json.dumps(lp, ensure_ascii=False)
+                                                                 for lp in logprobs])))
         if finish is not None:
             if req.want_finish_reason:
-                tensors.append(pb_utils.Tensor("finish_reason", _string(finish)))
+                reasons = message.get("finishes") or [finish] * self.n
+                tensors.append(pb_utils.Tensor("finish_reason", _strings(reasons)))
             if req.want_input_tokens:
                 tensors.append(pb_utils.Tensor("num_input_tokens", np.array([message["input_tokens"]], np.uint32)))
             if req.want_output_tokens:

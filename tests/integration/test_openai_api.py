@@ -440,7 +440,7 @@ def test_completions_and_async_stream(chat_api):
 @chat
 def test_chat_refusals_are_typed(chat_sdk):
     sdk = chat_sdk
-    for field, value in (("n", 2), ("logprobs", True), ("logit_bias", {"1": 5})):
+    for field, value in (("n", 9), ("top_logprobs", 21), ("logit_bias", {"1": 5})):   # n, logprobs: out of range
         with pytest.raises(openai.BadRequestError) as err:
             sdk.chat.completions.create(model=GEN, messages=PROMPT, **{field: value})
         assert err.value.body["param"] == field

@@ -63,7 +63,9 @@ def test_bad_requests(arrays, message):
     ('{"max_tokens": 513}', r"within 1\.\.512"), ('{"max_tokens": 1.0}', "an integer"),
     ('{"temperature": Infinity}', "Infinity is not a number"), ('{"top_p": 1.5}', "top_p"),
     ('{"top_k": -2}', "top_k"), ('{"seed": 2147483648}', "seed"), ('{"stop": ["a", 3]}', "stop"),
-    ('{"stop": ' + str(["x"] * 17).replace("'", '"') + '}', "up to 16"), ('{"n": 2}', "unknown key 'n'"),
+    ('{"stop": ' + str(["x"] * 17).replace("'", '"') + '}', "up to 16"), ('{"n": 9}', r"n must be .* 1\.\.8"),
+    ('{"n": 0}', r"n must be"), ('{"logprobs": 21}', "logprobs must be"), ('{"logprobs": -1}', "logprobs must be"),
+    ('{"best_of": 2}', "unknown key 'best_of'"),
     ("[]", "JSON object"), ("{", "not valid JSON"),
 ])
 def test_bad_sampling_parameters(text, message):

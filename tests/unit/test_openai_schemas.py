@@ -85,8 +85,7 @@ def test_message_roles_and_parts():
 
 
 @pytest.mark.parametrize("extra, refused", [
-    (', "n": 2', "n"), (', "logprobs": true', "logprobs"), (', "top_logprobs": 2', "top_logprobs"),
-    (', "tools": [{"type": "function"}]', "tools"),
+    (', "best_of": 2', "best_of"), (', "tools": [{"type": "function"}]', "tools"),
     (', "logit_bias": {"50256": -100}', "logit_bias"), (', "presence_penalty": 0.5', "presence_penalty"),
     (', "frequency_penalty": 1', "frequency_penalty"), (', "tool_choice": "auto"', "tool_choice"),
 ])
@@ -95,7 +94,8 @@ def test_fields_the_engine_cannot_honour_are_refused(extra, refused):
     assert errors.unsupported(refused).param == refused
 
 
-@pytest.mark.parametrize("extra", [', "n": 1', ', "logprobs": false', ', "presence_penalty": 0',
+@pytest.mark.parametrize("extra", [', "n": 1', ', "n": 8', ', "logprobs": false', ', "logprobs": true',
+                                   ', "logprobs": true, "top_logprobs": 20', ', "presence_penalty": 0',
                                    ', "response_format": {"type": "text"}', ', "logit_bias": {}', ''])
 def test_their_no_op_values_are_accepted(extra):
     assert CHAT_REFUSED.check(ChatCompletionRequest.model_validate_json(CHAT % extra)) is None

@@ -2,8 +2,8 @@
 
 Inputs (all [1]): text_input (STRING) or hotpath's `messages` (STRING, a JSON list of {"role": system |
 user | assistant, "content": str}, rendered with the model's chat template): exactly one of the two;
-stream, exclude_input_in_output, return_finish_reason, return_num_input_tokens, return_num_output_tokens
-(BOOL); sampling_parameters (STRING, a JSON object; `structured_outputs` in it constrains the output as
+stream, exclude_input_in_output, return_finish_reason, return_num_input_tokens, return_num_output_tokens,
+return_logprobs (BOOL); sampling_parameters (STRING, a JSON object; `structured_outputs` in it constrains the output as
 Triton's vLLM backend does: parse_structured). Every fault is an InputError (INVALID_ARGUMENT), raised before
 anything is queued. Limits that need the prompt's tokens (max_tokens within the context)
 are checked by the engine process before it queues the request.
@@ -17,12 +17,14 @@ from dataclasses import dataclass, field
 
 TEXT_INPUTS = ("text_input", "messages", "sampling_parameters")
 BOOL_INPUTS = ("stream", "exclude_input_in_output", "return_finish_reason", "return_num_input_tokens",
-               "return_num_output_tokens")
+               "return_num_output_tokens", "return_logprobs")
 INPUTS = TEXT_INPUTS + BOOL_INPUTS
 ROLES = ("system", "user", "assistant")
 MAX_STOPS = 16
 MAX_STOP_CHARS = 256
 INT32_MAX = 2**31 - 1
+MAX_N = 8            # choices per request (sampling_parameters.n)
+MAX_LOGPROBS = 20    # top log-probabilities per token (vLLM's default max_logprobs)
 # Structured output: sampling_parameters' `structured_outputs` (Triton's vLLM backend >= 25.11, vLLM's
 # StructuredOutputsParams; `guided_decoding` is its spelling before), exactly one kind of constraint.
 STRUCTURED = "structured_outputs"
@@ -40,6 +42,9 @@ SAMPLING = {
     "top_k": ((int,), lambda v: v == -1 or v >= 1, "an integer >= 1, or -1 (all tokens)"),
     "seed": ((int,), lambda v: 0 <= v <= INT32_MAX, f"an integer within 0..{INT32_MAX}"),
     "stop": ((str, list), lambda v: True, "a string or a list of strings"),
+    "n": ((int,), lambda v: 1 <= v <= MAX_N, f"an integer within 1..{MAX_N}"),
+    "logprobs": ((int,), lambda v: 0 <= v <= MAX_LOGPROBS,
+                 f"an integer within 0..{MAX_LOGPROBS} (top log-probabilities per token)"),
 }
 
 
@@ -57,6 +62,11 @@ class Request:
     want_finish_reason: bool = False
     want_input_tokens: bool = False
     want_output_tokens: bool = False
+    want_logprobs: bool = False           # return_logprobs: the `logprobs` output (needs sampling_parameters.logprobs)
+
+    @property
+    def n(self) -> int:
+        return self.sampling.get("n", 1)
 
     def engine_message(self, request_id: str) -> dict:
         """The JSON line the engine process gets for this request."""
@@ -265,8 +275,12 @@ def parse_request(arrays: dict, max_tokens_limit: int, max_input_bytes: int) -> 
                       want_input_tokens=_one_bool("return_num_input_tokens", arrays.get("return_num_input_tokens"),
                                                   False),
                       want_output_tokens=_one_bool("return_num_output_tokens", arrays.get("return_num_output_tokens"),
-                                                   False))
+                                                   False),
+                      want_logprobs=_one_bool("return_logprobs", arrays.get("return_logprobs"), False))
     if request.stream and not request.exclude_input:
         # As Triton's vLLM backend: a stream sends deltas, so it cannot start with the prompt.
         raise InputError("streaming requires exclude_input_in_output = true")
+    if request.want_logprobs and "logprobs" not in request.sampling:
+        raise InputError("return_logprobs needs sampling_parameters.logprobs (the number of top log-probabilities "
+                         "per token, 0 for the chosen token's alone)")
     return request
