@@ -57,6 +57,7 @@ from hotpath.openai_api.schemas import (
     TokenizeChatRequest,
     TokenizeRequest,
     logprobs_fault,
+    min_tokens_fault,
 )
 from hotpath.openai_api.tokenization import ModelTokenizer, check_ids, check_text
 from hotpath.openai_api.tokens import TokenCounter
@@ -297,6 +298,8 @@ class OpenAIAPI:
         return await self._generate(request, self._model(body.model, "generation"), body, "prompt")
 
     async def _generate(self, request: Request, model: ServedModel, body, param: str):
+        if fault := min_tokens_fault(body):
+            raise errors.invalid("'min_tokens' must be at most the request's max_tokens", fault, "invalid_value")
         if body.stream_options is not None and not body.stream:
             raise errors.invalid("'stream_options' is only allowed when 'stream' is true", "stream_options")
         completion = Completion(body)

@@ -56,7 +56,7 @@ def _bool(name: str, value: bool) -> grpcclient.InferInput:
 def sampling_parameters(request: ChatCompletionRequest | CompletionRequest) -> dict:
     """The engine's sampling_parameters: only what the request set (the engine's defaults otherwise)."""
     params = {"max_tokens": request.token_limit, "temperature": request.temperature, "top_p": request.top_p,
-              "seed": request.seed, "n": request.n, "logprobs": request.top_logprobs_wanted}
+              "seed": request.seed, "n": request.n, "min_tokens": request.min_tokens, "logprobs": request.top_logprobs_wanted}
     params = {k: v for k, v in params.items() if v is not None}
     if request.stops:
         params["stop"] = request.stops

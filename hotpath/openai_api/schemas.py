@@ -138,6 +138,9 @@ class Sampling(Strict):
     stream_options: StreamOptions | None = None
     user: StrictStr | None = None
     n: Annotated[StrictInt, Field(ge=1, le=MAX_N)] | None = None   # choices, each with its index
+    # vLLM's extension (its OpenAI server takes it too): end-of-sequence is ignored until this many tokens,
+    # which benchmarks use to fix every answer's length (AIPerf, genai-perf).
+    min_tokens: Annotated[StrictInt, Field(ge=0, le=2 ** 31 - 1)] | None = None
     # chat: logprobs true/false with top_logprobs 0..20; completions: logprobs 0..5 (the legacy shape)
     logprobs: StrictBool | None = None
     top_logprobs: Annotated[StrictInt, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
@@ -216,6 +219,14 @@ class CompletionRequest(Sampling):
     @property
     def top_logprobs_wanted(self) -> int | None:
         return self.logprobs
+
+
+def min_tokens_fault(request: Sampling) -> str | None:
+    """'min_tokens' when it asks for more tokens than the request's limit, else None."""
+    limit = request.token_limit
+    if request.min_tokens and limit is not None and request.min_tokens > limit:
+        return "min_tokens"
+    return None
 
 
 def logprobs_fault(request: Sampling) -> str | None:

@@ -167,3 +167,18 @@ def test_bad_response_formats_are_400s_naming_the_field(response_format):
         error = _error(schema, body)
         assert error.status == 400 and error.param.startswith("response_format"), error.body()
         assert error.body()["error"]["type"] == "invalid_request_error"
+
+
+def test_min_tokens_is_vllms_extension_bounded_by_max_tokens():
+    from hotpath.openai_api.generation import sampling_parameters
+    from hotpath.openai_api.schemas import ChatCompletionRequest, CompletionRequest, min_tokens_fault
+
+    chat = ChatCompletionRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                                                 "max_tokens": 48, "min_tokens": 48})
+    assert sampling_parameters(chat)["min_tokens"] == 48 and min_tokens_fault(chat) is None
+    over = CompletionRequest.model_validate({"model": "m", "prompt": "hi", "max_tokens": 8, "min_tokens": 9})
+    assert min_tokens_fault(over) == "min_tokens"
+    assert "min_tokens" not in sampling_parameters(CompletionRequest.model_validate({"model": "m", "prompt": "x"}))
+    for bad in (-1, "48", 1.5, True):
+        with pytest.raises(ValueError):
+            CompletionRequest.model_validate({"model": "m", "prompt": "hi", "min_tokens": bad})
