@@ -18,7 +18,7 @@ from hotpath import logs, settings
 from hotpath.errors import HotpathError
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
-from hotpath.gateway.openai_door import openai_config
+from hotpath.gateway.openai_door import AFFINITY_FACTOR, openai_config
 from hotpath.gateway.process import TenantGateway
 from hotpath.gateway.tenants import load_tenants, new_token
 from hotpath.shared_state.cache_key import DEFAULT_TTL_S, repository_build
@@ -75,7 +75,8 @@ def gateway_settings(args: argparse.Namespace, redis) -> TenantGatewaySettings:
         cache_build=repository_build() if redis and args.cache_ttl else "", cache_ttl_s=args.cache_ttl or DEFAULT_TTL_S,
         status_port=args.status_port, listen_address=args.listen,
         openai_port=args.openai_port if openai_upstreams else 0, openai_upstreams=openai_upstreams,
-        openai=openai_config() if openai_upstreams else {})
+        openai=openai_config() if openai_upstreams else {}, openai_affinity=args.openai_affinity == "on",
+        openai_affinity_factor=args.openai_affinity_factor)
 
 
 def _warn(config: TenantGatewaySettings) -> None:
@@ -109,6 +110,12 @@ def command_line() -> argparse.ArgumentParser:
     serve.add_argument("--openai-upstream", action="append",
                        help="a replica's OpenAI-compatible API (python -m hotpath.openai_api); repeat for replicas; "
                             "opens the OpenAI door (default: no OpenAI door)")
+    serve.add_argument("--openai-affinity", choices=("on", "off"), default="on",
+                       help="a chat conversation's turns go to the replica that served its first ones, within a "
+                            "load bound (default on; off: every call to the least-loaded replica)")
+    serve.add_argument("--openai-affinity-factor", type=float, default=AFFINITY_FACTOR, metavar="FACTOR",
+                       help=f"conversation affinity's load bound: no replica above FACTOR x the mean calls in flight "
+                            f"(>= 1, default {AFFINITY_FACTOR})")
     serve.add_argument("--listen", default="127.0.0.1", metavar="ADDRESS",
                        help="address every door listens on (default 127.0.0.1; a container's 0.0.0.0)")
     serve.add_argument("--grpc-port", type=int, default=settings.gateway_grpc_port())

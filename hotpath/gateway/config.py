@@ -128,6 +128,8 @@ class TenantGatewaySettings:
     openai: dict = field(default_factory=dict, repr=False)   # openai_door.openai_config(): the names it serves
     listen_address: str = "127.0.0.1"   # every listener's; a container's entrypoint gives 0.0.0.0
     max_tenant_requests: int = 0         # one tenant's open requests; 0: hotpath.gateway.client_bounds.tenant_bound
+    openai_affinity: bool = True         # a chat conversation stays on its replica (hotpath.gateway.openai_door)
+    openai_affinity_factor: float = openai_door.AFFINITY_FACTOR   # no replica above factor x the mean in flight
 
     log_fields = LOG_FIELDS
     unreachable_message = UNREACHABLE
@@ -149,7 +151,16 @@ class TenantGatewaySettings:
         return {TOKEN_MAP: render(token_map(self.tenants)),
                 CONFIG_FILE: front_door_json(self.models, self.tenants, self.in_flight_cap, self.work_cap,
                                              OVERLOADED.format(cap=self.in_flight_cap), TENANT_FIELD, self.charge_key,
-                                             self.redis, cache, self.openai if self.openai_port else None)}
+                                             self.redis, cache, self.openai_door_config())}
+
+    def openai_door_config(self) -> dict | None:
+        """front_door.json's "openai": the names the API serves, and conversation affinity's replicas when on."""
+        if not self.openai_port:
+            return None
+        if not self.openai_affinity:
+            return self.openai
+        return {**self.openai, **openai_door.affinity_config(self.openai_upstreams, self.openai_affinity_factor,
+                                                             self.fail_timeout_s)}
 
     def directives(self, workdir: Path) -> list[dict]:
         return config(self, workdir)
@@ -287,7 +298,7 @@ def config(s: TenantGatewaySettings, workdir: Path) -> list[dict]:
         ]),
         *_status_server(s),
         *openai_door.server(s.address(s.openai_port), s.openai_upstreams, TENANT, s.max_body_bytes, UNAUTHENTICATED,
-                            client_bounds.public("openai", bound)),
+                            client_bounds.public("openai", bound), s.openai_affinity, s.fail_timeout_s),
     ], LOG_FIELDS, modules=tuple(module_paths()))
 
 

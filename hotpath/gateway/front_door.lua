@@ -15,6 +15,8 @@ local cache = require "hotpath_exact_cache"    -- the fleet's exact cache (exact
 -- usage: per-tenant requests and the give-back of unused generation tokens (usage.lua, beside this file)
 local HERE = debug.getinfo(1, "S").source:match("^@(.*/)") or "./"
 local usage = dofile(HERE .. "usage.lua")
+-- affinity: the OpenAI door's replica per conversation (affinity.lua, beside this file)
+local affinity = dofile(HERE .. "affinity.lua")
 
 local M = {}
 local cfg            -- hotpath.gateway.config's front_door.json: models, depth, tenants' weights, caps
@@ -53,6 +55,7 @@ function M.init(path)
   link.init(cfg.redis, counters)   -- no "redis": every replica keeps its own budgets, nothing is cached
   cache.init(cfg.cache)
   usage.init(cfg, counters, link, HERE)   -- usage
+  affinity.init(cfg.openai, counters)     -- affinity
   for _, key in ipairs(cfg.refused_parameters) do
     refused_parameter[key] = true
   end
@@ -229,7 +232,7 @@ function M.count(protocol)
 end
 
 -- Tokens a generation request may produce: max_tokens of its sampling_parameters (a JSON text), else the
--- model's default.
+-- model's default; times n (its choices, 1..8: the model refuses any other value).
 local function requested_tokens(model, value)
   if not model.decoupled then
     return 0
@@ -237,14 +240,18 @@ local function requested_tokens(model, value)
   if type(value) == "table" then
     value = value[1]
   end
+  local n = 1
   if type(value) == "string" then
     local params = json.decode(value)
     value = type(params) == "table" and params.max_tokens or nil
+    if type(params) == "table" and type(params.n) == "number" and params.n > 1 then
+      n = math.min(math.floor(params.n), 8)
+    end
   end
   if type(value) == "number" and value >= 1 then
-    return math.floor(value)
+    return math.floor(value) * n
   end
-  return model.default_max_tokens or 1
+  return (model.default_max_tokens or 1) * n
 end
 
 -- The stream admission (hotpath.gateway.streams) asks here for each message of a gRPC stream; only it
@@ -357,6 +364,7 @@ end
 function M.release()
   local admitted = ngx.var[cfg.admitted_variable]
   usage.log(admitted)   -- usage: the tenant's request counted, unused generation tokens given back
+  affinity.release()    -- affinity: the replica's count of calls in flight, its failure noted
   if admitted and admitted ~= "" then
     ngx.var[cfg.admitted_variable] = ""
     local tenant, work = admitted:match("^(%S+) (%d+)$")
@@ -936,12 +944,20 @@ local function openai_tokens(doc, served)
   if value == nil then
     value = doc.max_tokens
   end
+  local tokens = served.default_max_tokens
   if type(value) == "number" and value >= 1 then
-    return math.floor(value)
+    tokens = math.floor(value)
   end
-  return served.default_max_tokens
+  -- every choice generates up to max_tokens (n: 1..8 in the API, which refuses any other value)
+  local n = doc.n
+  if type(n) == "number" and n > 1 then
+    tokens = tokens * math.min(math.floor(n), 8)
+  end
+  return tokens
 end
 
+-- kind: "embedding", "generation", or "tokenize" (/tokenize, /detokenize: a generation model's tokenizer,
+-- the model's scopes, no tokens charged)
 function M.openai(kind)
   at_capacity("openai")
   local encoding = ngx.var.http_content_encoding
@@ -954,7 +970,7 @@ function M.openai(kind)
       tostring(err or "not an object"):sub(1, 120) .. "; nesting is limited to " .. cfg.max_json_depth .. " levels)")
   end
   local served = type(doc.model) == "string" and cfg.openai.models[doc.model]
-  if not served or served.kind ~= kind then
+  if not served or served.kind ~= (kind == "tokenize" and "generation" or kind) then
     return openai_refuse("NOT_FOUND", "gateway: the model '" .. tostring(doc.model):sub(1, 128) ..
       "' is not served here (GET /v1/models lists them)", nil, "model")
   end
@@ -973,7 +989,9 @@ function M.openai(kind)
   -- the API's answer cache; a tenant that caches nothing gets the namespace the API never caches under
   local namespace = cfg.tenants[tenant].cache_namespace or ""
   ngx.var.hotpath_cache_namespace = namespace ~= "" and namespace or cfg.no_cache_namespace
-  return admit("openai", tenant, work)
+  admit("openai", tenant, work)
+  -- affinity: the replica (a chat conversation's own, else the least loaded)
+  return affinity.route(tenant, doc, ngx.var.uri == "/v1/chat/completions")
 end
 
 -- GET /v1/models[/<name>]: counted; a named model the tenant's scopes do not grant is 403.
@@ -1014,6 +1032,10 @@ function M.metrics()
     get("cache:misses"))
   metric("hotpath_gateway_cache_stores_total", "counter", "answers stored in the exact cache", get("cache:stores"))
   lines[#lines + 1] = usage.metrics_lines()   -- usage
+  local routed = affinity.metrics_lines()      -- affinity ("" without it)
+  if routed ~= "" then
+    lines[#lines + 1] = routed
+  end
   ngx.header["content-type"] = "text/plain; version=0.0.4"
   ngx.print(table.concat(lines, "\n"), "\n")
 end

@@ -12,6 +12,13 @@ call and for GET /v1/models/<name> (the list itself is the API's, unfiltered). S
 unbuffered. Every call passed on carries the gateway's x-hotpath-tenant and x-hotpath-collection (the
 tenant's name) and X-Hotpath-Cache-Namespace, replacing whatever a client sent under those names in any
 letter case (NGINX drops a client's header that proxy_set_header names).
+
+Conversation affinity (on unless `--openai-affinity off`, with two or more replicas): a chat conversation's
+turns go to the replica that served its earlier ones (its vLLM prefix cache holds them), by consistent hashing
+with bounded loads of the tenant and the conversation's first messages; every other call to the least-loaded
+replica; a failed replica's calls pass to another one (affinity.lua says how). front_door.lua's openai() picks
+an upstream group per call, `openai_api_<i>`: replica i, the others as NGINX `backup`s. Off: one `least_conn`
+group, as before.
 """
 
 from __future__ import annotations
@@ -19,14 +26,20 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from hotpath.errors import HotpathError
 from hotpath.gateway.front_door import ADMITTED_VARIABLE, COLLECTION_VARIABLE, lua_call
 from hotpath.nginx.directives import d
-from hotpath.nginx.upstreams import connect_timeout, upstream
+from hotpath.nginx.upstreams import FAIL_TIMEOUT_S, connect_timeout, upstream
 from hotpath.runtime.tenancy import COLLECTION_HEADER, TENANT_HEADER
 from hotpath.shared_state.cache_key import NAMESPACE_HEADER
 
 UPSTREAM = "openai_api"
 NAMESPACE_VARIABLE = "hotpath_cache_namespace"   # set by front_door.lua's openai() to the tenant's namespace
+UPSTREAM_VARIABLE = "hotpath_openai_upstream"    # the upstream group a call goes to (affinity.lua sets it)
+# Conversation affinity's load bound: no replica takes more than ceil(factor x the mean in flight, this call
+# counted). 1.25: a replica may run a quarter above the mean before its conversations spill to the next one (a
+# factor near 1 spills often, a large one hardly bounds).
+AFFINITY_FACTOR = 1.25
 
 
 def openai_config(repository: Path | None = None, aliases: dict[str, str] | None = None) -> dict:
@@ -46,6 +59,32 @@ def openai_config(repository: Path | None = None, aliases: dict[str, str] | None
     return {"models": models}
 
 
+def affinity_config(upstreams: tuple[str, ...], factor: float = AFFINITY_FACTOR,
+                    fail_timeout_s: int = FAIL_TIMEOUT_S) -> dict:
+    """front_door.json's openai.affinity for these replicas (affinity.lua); {} without affinity (fewer than two)."""
+    if len(upstreams) < 2:
+        return {}
+    if factor < 1:
+        raise HotpathError(f"the affinity load factor must be >= 1 (got {factor})")
+    return {"affinity": {"replicas": list(upstreams), "factor": factor, "fail_timeout_s": fail_timeout_s,
+                         "upstream": UPSTREAM, "variable": UPSTREAM_VARIABLE}}
+
+
+def upstream_groups(upstreams: tuple[str, ...], affinity: bool, fail_timeout_s: int = FAIL_TIMEOUT_S) -> list[dict]:
+    """The least_conn group of every replica; with affinity one group per replica i, `openai_api_<i>`: replica i
+    first, the others its backups (NGINX passes a call to a backup when i refuses, times out, or failed lately)."""
+    groups = [upstream(UPSTREAM, upstreams, keepalive=64, fail_timeout_s=fail_timeout_s)]
+    if not affinity or len(upstreams) < 2:
+        return groups
+    for i, primary in enumerate(upstreams, start=1):
+        failure = ("max_fails=1", f"fail_timeout={fail_timeout_s}s")
+        groups.append(d("upstream", f"{UPSTREAM}_{i}", block=[
+            d("server", primary, *failure),
+            *[d("server", s, "backup", *failure) for j, s in enumerate(upstreams, start=1) if j != i],
+            d("keepalive", 64)]))
+    return groups
+
+
 def _error(name: str, status: int, message: str, code: str, *extra: dict) -> dict:
     body = {"error": {"message": message, "type": "invalid_request_error" if status < 500 else "server_error",
                       "param": None, "code": code}}
@@ -56,16 +95,19 @@ def _error(name: str, status: int, message: str, code: str, *extra: dict) -> dic
 
 
 def server(address: str, upstreams: tuple[str, ...], tenant: str, max_body_bytes: int, unauthenticated: str,
-           bounds: list[dict] = ()) -> list[dict]:
-    """The upstream and the server block listening on `address` (host:port); nothing when it is "". `bounds`:
-    what a client may hold there (hotpath.gateway.client_bounds.public)."""
+           bounds: list[dict] = (), affinity: bool = False, fail_timeout_s: int = FAIL_TIMEOUT_S) -> list[dict]:
+    """The upstreams and the server block listening on `address` (host:port); nothing when it is "". `bounds`:
+    what a client may hold there (hotpath.gateway.client_bounds.public); `affinity`: conversation affinity
+    (front_door.json carries affinity_config(upstreams) then)."""
     if not address:
         return []
-    proxy = d("proxy_pass", f"http://{UPSTREAM}")
+    # the least_conn group unless front_door.lua's openai() names a replica's group (affinity)
+    proxy = d("proxy_pass", f"http://${UPSTREAM_VARIABLE}")
     return [
-        upstream(UPSTREAM, upstreams, keepalive=64),
+        *upstream_groups(upstreams, affinity, fail_timeout_s),
         d("server", block=[
             d("listen", address),
+            d("set", f"${UPSTREAM_VARIABLE}", UPSTREAM),
             d("proxy_http_version", "1.1"),
             d("proxy_set_header", "Connection", ""),
             connect_timeout("proxy"),
@@ -90,13 +132,15 @@ def server(address: str, upstreams: tuple[str, ...], tenant: str, max_body_bytes
                      # the API's count of generated tokens (usage.lua): read, stripped, the rest given back
                      d("header_filter_by_lua", lua_call("usage_header")), d("body_filter_by_lua", lua_call("usage_body")),
                      proxy]),
+            # vLLM's /tokenize and /detokenize: a generation model's tokenizer, under that model's scopes
+            d("location", "~", "^/(de)?tokenize$", block=[d("access_by_lua", lua_call("openai", '"tokenize"')), proxy]),
             d("location", "~", "^/v1/models(?:/([^/]+))?$",
               block=[d("access_by_lua", lua_call("openai_model", "ngx.var[1]")), proxy]),
             d("location", "/", block=[d("return", 404)]),
             d("error_page", 404, "=", "@openai_404"),
             _error("@openai_401", 401, unauthenticated, "invalid_api_key", d("add_header", "WWW-Authenticate", "Bearer", "always")),
             _error("@openai_404", 404, "gateway: unknown route (POST /v1/embeddings, /v1/chat/completions, "
-                                       "/v1/completions; GET /v1/models)", "not_found"),
+                                       "/v1/completions, /tokenize, /detokenize; GET /v1/models)", "not_found"),
             _error("@openai_413", 413, f"gateway: request body larger than {max_body_bytes} bytes",
                    "request_too_large"),
             _error("@openai_502", 502, "gateway: no OpenAI API process could complete the call", "unreachable"),

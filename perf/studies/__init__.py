@@ -8,6 +8,7 @@ and reports.
 # name -> (module, what it measures). The comparisons with peers live in perf.compare.
 STUDIES: dict[str, tuple[str, str]] = {
     "cold_start": ("perf.studies.cold_start", "process start to READY, model loads, warmup, first requests"),
+    "conversation_affinity": ("perf.studies.conversation_affinity", "third-turn TTFT with and without the OpenAI door's conversation affinity"),
     "decode": ("perf.studies.decode", "JPEG decoders (Pillow draft vs libjpeg-turbo bindings) by source size"),
     "fixed_cost": ("perf.studies.fixed_cost", "one request's phases and ORT thread/spin layouts, in process"),
     "fixed_cost_server": ("perf.studies.fixed_cost_server", "text_embedding's step layouts through one server, interleaved"),
