@@ -15,6 +15,8 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from hotpath.runtime.errors import InputError  # noqa: F401 (the stub imports it from here)
+
 TEXT_INPUTS = ("text_input", "messages", "sampling_parameters")
 BOOL_INPUTS = ("stream", "exclude_input_in_output", "return_finish_reason", "return_num_input_tokens",
                "return_num_output_tokens")
@@ -41,10 +43,6 @@ SAMPLING = {
     "seed": ((int,), lambda v: 0 <= v <= INT32_MAX, f"an integer within 0..{INT32_MAX}"),
     "stop": ((str, list), lambda v: True, "a string or a list of strings"),
 }
-
-
-class InputError(ValueError):
-    """A bad request input: INVALID_ARGUMENT, with a message naming the input."""
 
 
 @dataclass
