@@ -1,4 +1,4 @@
-"""`hotpath build` (old spelling `hotpath engines`): specs -> exports, Python models, config.pbtxt files and
+"""`hotpath build`: specs -> exports, Python models, config.pbtxt files and
 TensorRT artefacts in the repository.
 
 Incremental: each version directory keeps a stamp with a fingerprint of everything its files

@@ -27,7 +27,7 @@ def test_build_without_tensorrt_says_so_in_one_line_and_builds_onnx():
 
 
 def test_check_lists_every_missing_plan_and_fails(built_repository):
-    run = _hotpath("engines", "--check", "--model", "text_encoder", "--tensorrt", "10.5.0")
+    run = _hotpath("build", "--check", "--model", "text_encoder", "--tensorrt", "10.5.0")
     assert run.returncode == 1, run.stdout + run.stderr
     recipe = read_recipe(built_repository / "text_encoder")
     for cc in recipe.compute_capabilities:

@@ -16,8 +16,10 @@ runs (kept as JSON in .hotpath/perf/<report name>.json), so one report can hold 
     python -m perf study generation_compare --url localhost:8001   # a server with explicit model control
     python -m perf study generation_compare --system hotpath --tag bf16 --merge
     python -m perf study generation_compare --follow-up   # follow-up chat turns' TTFT, prefix cache on vs off
-    python -m perf study generation_compare --genai-perf  # the LLM benchmark: genai-perf's stock flags, c=1 and c=8,
-                                                   # hotpath (vLLM in Triton) vs llama.cpp, each alone on the host
+    python -m perf study generation_compare --aiperf   # the LLM benchmark on AIPerf, c=1 and c=8: hotpath's
+                                                   # KServe and OpenAI doors, vLLM's own server, llama.cpp, each alone
+    python -m perf study generation_compare --genai-perf  # the same on genai-perf (being phased out by NVIDIA):
+                                                   # Triton's gRPC stream vs llama.cpp
 """
 
 from __future__ import annotations
@@ -265,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCY))
     parser.add_argument("--rounds", type=int, default=2, help="requests per worker at each concurrency")
     parser.add_argument("--max-tokens", type=int, default=48)
-    parser.add_argument("--system", action="append", choices=SYSTEMS,
+    parser.add_argument("--system", action="append", choices=sorted(set(SYSTEMS) | set(AIPERF_SYSTEMS)),
                         help=f"measure only this one (repeatable; default: {', '.join(DEFAULT_SYSTEMS)})")
     parser.add_argument("--tag", default="", help="suffix for this run's labels (e.g. the served dtype: fp32, bf16)")
     parser.add_argument("--merge", action="store_true",
@@ -275,6 +277,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="instead: TTFT of follow-up chat turns, prefix cache on vs off (served; prints markdown)")
     parser.add_argument("--draft-estimate", action="store_true",
                         help="instead: tokens per pass exact prompt-lookup speculation would give (served greedy tokens)")
+    parser.add_argument("--aiperf", action="store_true",
+                        help="instead: the LLM benchmark on AIPerf (c=1, 8): hotpath's KServe and OpenAI doors, vLLM's "
+                             "own server, llama.cpp; writes the report's benchmark section only")
     parser.add_argument("--genai-perf", action="store_true",
                         help="instead: the LLM benchmark with genai-perf's stock flags (c=1, 8; hotpath vs llama.cpp); "
                              "writes the report's benchmark section only")
@@ -288,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="instead: where vLLM's decode step goes in process (1 and 8 sequences, fp32); writes the "
                              "report's step section")
     args = parser.parse_args(argv)
+    if args.aiperf:
+        return aiperf_main(args, argv)
     if args.genai_perf:
         return genai_main(args, argv)
     if args.steps:
@@ -498,6 +505,135 @@ def genai_main(args, argv: list[str] | None) -> int:
     old_itl = (args.old_itl_p50, args.old_itl_mean) if args.old_itl_p50 and args.old_itl_mean else None
     write_section(args.out, genai_section(rows, costs, genai_goals(rows, costs, old_itl), run))
     print(f"[genai-perf] report section: {args.out}")
+    return 0
+
+
+# --- the LLM benchmark on AIPerf: every door of hotpath beside vLLM's own server and llama.cpp --------
+
+AIPERF_SYSTEMS = ("hotpath", "vllm", "llama.cpp")
+AIPERF_BEGIN = "<!-- AIPerf benchmark: written by `python -m perf study generation_compare --aiperf` -->"
+AIPERF_END = "<!-- AIPerf benchmark: end -->"
+
+
+@contextlib.contextmanager
+def aiperf_system(name: str, log: Callable[[str], None] = logger.info):
+    """One system alone, up for AIPerf; yields ([(label, target)...], pid of its process tree, load-to-ready s).
+    hotpath yields both of its doors (Triton's KServe generate_stream and the OpenAI API), one server."""
+    import tempfile
+
+    from hotpath.sweeps.measure.aiperf import Target
+
+    t0 = time.monotonic()
+    if name == "hotpath":
+        from hotpath.openai_api.openai_server import OpenAIServer
+        from hotpath.server.local_triton import LocalTriton, ServerPorts
+        from hotpath.server.ports import free_ports
+
+        with tempfile.TemporaryDirectory(prefix="hotpath-aiperf-") as repo:
+            (Path(repo) / ENDPOINT).symlink_to(paths.model_repository() / ENDPOINT)
+            with LocalTriton(repository=Path(repo), ports=ServerPorts(*free_ports(3)), log=log) as server:
+                api_port, = free_ports(1)
+                with OpenAIServer(server.grpc_url, api_port, repository=Path(repo)):
+                    yield ([("hotpath kserve", Target.triton_generate(ENDPOINT, f"http://{server.http_url}")),
+                            ("hotpath openai", Target.openai_chat(ENDPOINT, f"http://127.0.0.1:{api_port}"))],
+                           server.process.pid, time.monotonic() - t0)
+    elif name == "vllm":
+        from perf.lab.compare.alternatives import vllm_server
+
+        with vllm_server.serving(log=log) as (host, port, pid):
+            yield [("vLLM server", Target.openai_chat(ENDPOINT, f"http://{host}:{port}"))], pid, time.monotonic() - t0
+    elif name == "llama.cpp":
+        from perf.lab.compare.alternatives import llama_cpp
+
+        with llama_cpp.serving(sequences=max(GENAI_CONCURRENCY), log=log) as (host, port):
+            yield ([("llama.cpp", Target.openai_completions(ENDPOINT, f"http://{host}:{port}"))], listener_pid(port),
+                   time.monotonic() - t0)
+    else:
+        raise ValueError(f"unknown system {name!r} (AIPerf: {', '.join(AIPERF_SYSTEMS)})")
+
+
+def aiperf_benchmark(systems: tuple[str, ...], concurrency: tuple[int, ...], requests: dict[int, int],
+                     input_tokens: int, output_tokens: int, log: Callable[[str], None] = logger.info):
+    """AIPerf at every concurrency against each system (and each of hotpath's doors), one system up at a time.
+    Returns (rows, {system: (load-to-ready s, peak RSS MiB)}, run notes)."""
+    from hotpath.sweeps.measure import aiperf
+
+    rows, costs, notes = [], {}, []
+    tokenizer = tokenizer_dir()
+    for name in systems:
+        wait_quiet(log)
+        with aiperf_system(name, log) as (targets, pid, load_s):
+            log(f"[aiperf] {name}: ready in {load_s:.1f} s")
+            rss = tree_rss_mb(pid)
+            for c in concurrency:
+                for label, target in targets:
+                    others = wait_quiet(log)
+                    r = aiperf.profile(target, label, tokenizer, c, requests.get(c, 8 * c), input_tokens,
+                                       output_tokens, log=log)
+                    rows.append(r)
+                    rss = max(rss, tree_rss_mb(pid))
+                    log(f"[aiperf] {label:>15} c={c}: {r.output_tokens_per_s:6.1f} tok/s  TTFT p95 "
+                        f"{r.ttft_p95_ms:6.0f} ms  ITL p50 {r.itl_p50_ms:5.1f} ms")
+                    if others is not None:
+                        notes.append(f"{label} c={c}: other processes {others:.2f} cores before the point")
+            costs[name] = (load_s, rss)
+    return rows, costs, notes
+
+
+def aiperf_goals(rows) -> list[str]:
+    """The OpenAI door's targets against hotpath's KServe door and vLLM's own server, MET / MISSED."""
+    by = {(r.label, r.concurrency): r for r in rows}
+    mark = (lambda ok: "MET" if ok else "MISSED")
+    lines = []
+    api8, kserve8, vllm8 = by.get(("hotpath openai", 8)), by.get(("hotpath kserve", 8)), by.get(("vLLM server", 8))
+    if api8 and kserve8:
+        x = api8.output_tokens_per_s / kserve8.output_tokens_per_s
+        lines.append(f"- c=8 tokens/s, OpenAI door {api8.output_tokens_per_s:.1f} vs KServe door "
+                     f"{kserve8.output_tokens_per_s:.1f} = {x:.2f}x (goal >= 0.95x): **{mark(x >= 0.95)}**")
+    if api8 and vllm8:
+        x = api8.output_tokens_per_s / vllm8.output_tokens_per_s
+        lines.append(f"- c=8 tokens/s, OpenAI door vs vLLM's server {vllm8.output_tokens_per_s:.1f} = {x:.2f}x "
+                     f"(goal >= 1.0x): **{mark(x >= 1.0)}**")
+        lines.append(f"- c=8 TTFT p95, OpenAI door {api8.ttft_p95_ms:.0f} ms vs vLLM's server {vllm8.ttft_p95_ms:.0f} ms "
+                     f"(goal <=): **{mark(api8.ttft_p95_ms <= vllm8.ttft_p95_ms)}**")
+    api1, kserve1 = by.get(("hotpath openai", 1)), by.get(("hotpath kserve", 1))
+    if api1 and kserve1:
+        d = api1.itl_p50_ms - kserve1.itl_p50_ms
+        lines.append(f"- c=1 ITL p50, OpenAI door {api1.itl_p50_ms:.1f} ms vs KServe door {kserve1.itl_p50_ms:.1f} ms "
+                     f"(goal: within 1 ms): **{mark(abs(d) <= 1.0)}**")
+    return lines
+
+
+def aiperf_main(args, argv: list[str] | None) -> int:
+    from hotpath.sweeps.measure.aiperf import AIPERF_VERSION
+    from hotpath.sweeps.measure.genai_perf import markdown_table
+
+    systems = tuple(s for s in (args.system or AIPERF_SYSTEMS))
+    concurrency = tuple(args.concurrency) if args.concurrency != list(CONCURRENCY) else GENAI_CONCURRENCY
+    requests = {c: max(c, args.requests) if args.requests else (8 if c == 1 else 4 * c) for c in concurrency}
+    t0 = time.perf_counter()
+    rows, costs, notes = aiperf_benchmark(systems, concurrency, requests, args.input_tokens, args.max_tokens)
+    cmd = "python -m perf study generation_compare " + " ".join(argv if argv is not None else sys.argv[1:])
+    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("flags")), [])
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), "unknown CPU")
+    simd = "/".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags)
+    run = (f"`{cmd.strip()}` (AIPerf {AIPERF_VERSION}; synthetic prompts of {args.input_tokens} tokens, "
+           f"{args.max_tokens} output tokens each (max_tokens = min_tokens), requests per point "
+           f"{', '.join(f'c={c}: {n}' for c, n in requests.items())}; {cpu} ({simd}), {os.cpu_count()} cores; "
+           f"served dtype {served_dtype()}; {time.perf_counter() - t0:.0f} s, {_uptime()}). hotpath kserve: "
+           f"Triton's `/v2/models/{ENDPOINT}/generate_stream` (AIPerf's template endpoint); hotpath openai and "
+           f"vLLM's server: `/v1/chat/completions` streamed, the same model directory and engine settings; "
+           f"llama.cpp: node-llama-cpp on the same GGUF (Q4_1), `/v1/completions` streamed."
+           + "".join(f"\n- {n}" for n in notes))
+    cost_lines = ["| system | load to ready s | peak RSS MiB (process tree) |", "|---|---|---|"]
+    cost_lines += [f"| {name} | {load:.1f} | {rss:.0f} |" for name, (load, rss) in costs.items()]
+    section = "\n".join([AIPERF_BEGIN, "## LLM benchmark (AIPerf): every door, vLLM's own server, llama.cpp\n",
+                         run + "\n", markdown_table(rows), "", *cost_lines, "", "Goals:\n", *aiperf_goals(rows),
+                         AIPERF_END])
+    write_section(args.out, section, AIPERF_BEGIN, AIPERF_END)
+    print(f"[aiperf] report section: {args.out}")
     return 0
 
 
