@@ -37,16 +37,16 @@ args_file="$CACHE_DIR/tritonserver.args"
   --on-incompatible "$ON_INCOMPATIBLE" --args-file "$args_file"
 mapfile -t startup_args < "$args_file"
 
-# Tuned values for this host (hotpath.tuned_values): $CACHE_DIR/tuned.json, keyed to the hardware it
+# Tuned values for this host (hotpath.tuning.tuned_values): $CACHE_DIR/tuned.json, keyed to the hardware it
 # was measured on, overrides the image's committed knob defaults only when it was measured here; a foreign one
 # is logged and left unused. HOTPATH_TUNE_AT_START=quick measures this host once first (seconds, in process:
-# hotpath.start_tune) and keeps the result in the cache volume. Default off.
+# hotpath.tuning.start_tune) and keeps the result in the cache volume. Default off.
 case "${HOTPATH_TUNE_AT_START:-off}" in
   off) ;;
-  quick) "$PYTHON" -m hotpath.start_tune --served "$CACHE_DIR/repository" --file "$CACHE_DIR/tuned.json" ;;
+  quick) "$PYTHON" -m hotpath.tuning.start_tune --served "$CACHE_DIR/repository" --file "$CACHE_DIR/tuned.json" ;;
   *) echo "error: HOTPATH_TUNE_AT_START=$HOTPATH_TUNE_AT_START: use off or quick" >&2; exit 2 ;;
 esac
-"$PYTHON" -m hotpath.tuned_values --served "$CACHE_DIR/repository" --file "$CACHE_DIR/tuned.json"
+"$PYTHON" -m hotpath.tuning.tuned_values --served "$CACHE_DIR/repository" --file "$CACHE_DIR/tuned.json"
 
 # The tritonserver command line: hotpath.server.command's container preset (the flags `hotpath serve`
 # passes, less what differs by host: its docstring lists what and why). Ports, the response cache,

@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    """`hotpath build` (old spelling: `hotpath engines`): the whole repository, or `--check` its TensorRT plans."""
+    """`hotpath build`: the whole repository, or `--check` its TensorRT plans."""
     from hotpath.repository_build import build_repository
 
     if args.check:
@@ -31,10 +31,10 @@ def _check_plans(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from hotpath import paths
-    from hotpath.spec import load_specs
+    from hotpath.specs.spec import load_specs
     from hotpath.tensorrt import device
-    from hotpath.tensorrt.build.audit import check_plans, format_report
     from hotpath.tensorrt.compat import Target
+    from hotpath.tensorrt.plans.audit import check_plans, format_report
 
     found = device.detect() if not (args.gpu or args.compute_capability) else Target()
     target = Target(args.gpu or found.gpu_name, args.compute_capability or found.compute_capability,
@@ -47,8 +47,8 @@ def _check_plans(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from hotpath.server.ports import ServerPorts
-    from hotpath.server.serve import serve_forever
     from hotpath.server.tracing import OtlpTracing
+    from hotpath.stack.serve import serve_forever
 
     ports = ServerPorts(http=args.http_port, grpc=args.grpc_port, metrics=args.metrics_port)
     tracing = OtlpTracing(args.trace_otlp, args.trace_rate) if args.trace_otlp else None
@@ -137,9 +137,9 @@ def cmd_classify(args: argparse.Namespace) -> int:
 
 
 def cmd_perf_check(args: argparse.Namespace) -> int:
-    from hotpath.perf.gate import before_measuring, check, format_table
-    from hotpath.server.process import server_url
-    from hotpath.slo import load_slos
+    from hotpath.server.local_triton import server_url
+    from hotpath.sweeps.gate import before_measuring, check, format_table
+    from hotpath.tuning.slo import load_slos
 
     slos = load_slos(args.profile)
     selected = [slos[e] for e in (args.endpoint or sorted(slos))]
@@ -153,23 +153,14 @@ def cmd_perf_check(args: argparse.Namespace) -> int:
     return 1 if missed else 0
 
 
-def _moved(old: str, new: str) -> int:
-    """An old spelling whose code moved to the lab (perf/ in a checkout, not installed): say where, exit 2."""
-    print(f"hotpath: `{old}` moved to the lab, which is not installed: from a hotpath checkout's root run "
-          f"`{new}`", file=sys.stderr)
-    return 2
-
-
 def cmd_tune(args: argparse.Namespace, rival=None) -> int:
     """`rival`: another searcher reported beside hotpath's (the lab's `python -m perf tune`)."""
-    from hotpath.perf.gate import before_measuring
-    from hotpath.perf.tune.run import run_tune, write_winner
     from hotpath.repository_build import build_repository
-    from hotpath.server.process import server_url
-    from hotpath.slo import load_slos
+    from hotpath.server.local_triton import server_url
+    from hotpath.sweeps.gate import before_measuring
+    from hotpath.sweeps.tune.run import run_tune, write_winner
+    from hotpath.tuning.slo import load_slos
 
-    if args.vs_model_analyzer:
-        return _moved("hotpath tune --vs-model-analyzer", "python -m perf tune ENDPOINT")
     slos = load_slos(args.profile)
     if args.quick:
         return _tune_quick(args, slos)
@@ -191,10 +182,10 @@ def cmd_tune(args: argparse.Namespace, rival=None) -> int:
 
 
 def _tune_quick(args: argparse.Namespace, slos: dict) -> int:
-    """`hotpath tune --quick [ENDPOINT]`: this host's tuned values (hotpath.perf.tune.quick), specs untouched."""
-    from hotpath.perf.gate import before_measuring
-    from hotpath.perf.tune.quick import QUICK_TRIALS, run_quick
-    from hotpath.server.process import server_url
+    """`hotpath tune --quick [ENDPOINT]`: this host's tuned values (hotpath.sweeps.tune.quick), specs untouched."""
+    from hotpath.server.local_triton import server_url
+    from hotpath.sweeps.gate import before_measuring
+    from hotpath.sweeps.tune.quick import QUICK_TRIALS, run_quick
 
     names = [args.endpoint] if args.endpoint else sorted(slos)
     unknown = [n for n in names if n not in slos]
@@ -207,18 +198,19 @@ def _tune_quick(args: argparse.Namespace, slos: dict) -> int:
 
 
 def cmd_perf(args: argparse.Namespace, beside=None) -> int:
-    """`beside`: what the lab's `python -m perf compare` measures next to each sweep (hotpath.perf.run.Beside)."""
-    from hotpath.perf.run import run_perf
-    from hotpath.server.process import server_url
-    from hotpath.slo import load_slos
+    """`beside`: what the lab's `python -m perf compare` measures next to each sweep (hotpath.sweeps.run.Beside)."""
+    from hotpath.server.local_triton import server_url
+    from hotpath.sweeps.run import run_perf
+    from hotpath.tuning.slo import load_slos
 
-    if beside is None and (args.compare or args.alternative):
-        return _moved("hotpath perf --compare", "python -m perf compare")
+    if beside is None and args.alternative:
+        print("hotpath perf: --alternative is the lab's (from a checkout: python -m perf compare)", file=sys.stderr)
+        return 2
     slos = load_slos(args.profile)
     if args.explain:
         return _explain(args, slos)
     endpoints = args.endpoint or sorted(slos)
-    from hotpath.perf.gate import before_measuring
+    from hotpath.sweeps.gate import before_measuring
 
     quiet = before_measuring([slos[e] for e in endpoints], args.allow_busy)
     with server_url(args.url) as url:
@@ -227,11 +219,11 @@ def cmd_perf(args: argparse.Namespace, beside=None) -> int:
 
 
 def _explain(args: argparse.Namespace, slos: dict) -> int:
-    from hotpath.perf.explain.breakdown import explain, format_breakdown, write_report
-    from hotpath.perf.gate import before_measuring
-    from hotpath.samples import payload_for
-    from hotpath.server.process import local_server
-    from hotpath.slo import Slo
+    from hotpath.exporters.samples import payload_for
+    from hotpath.server.local_triton import local_server
+    from hotpath.sweeps.explain.breakdown import explain, format_breakdown, write_report
+    from hotpath.sweeps.gate import before_measuring
+    from hotpath.tuning.slo import Slo
 
     slo = slos.get(args.explain)
     if slo is None:  # an endpoint without a target of its own (text_embedding_exact): its registry payload
@@ -254,14 +246,14 @@ def cmd_monitoring(args: argparse.Namespace) -> int:
 
 
 def _allow_busy_flag(p: argparse.ArgumentParser) -> None:
-    from hotpath.perf.measure.host_load import allow_busy_default
+    from hotpath.sweeps.measure.host_load import allow_busy_default
 
     p.add_argument("--allow-busy", action="store_true", default=allow_busy_default(),
                    help="measure even when other processes keep the CPU busy (env HOTPATH_ALLOW_BUSY=1)")
 
 
 def _usage_arguments(p: argparse.ArgumentParser) -> None:
-    from hotpath.usage_report import add_arguments, cmd_usage
+    from hotpath.monitoring.usage_report import add_arguments, cmd_usage
 
     add_arguments(p)
     p.set_defaults(func=lambda args, **_: cmd_usage(args))
@@ -271,14 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hotpath", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    # `engines`: the old spelling (`make engines` runs `hotpath build`); it built more than engines.
-    p = sub.add_parser("build", aliases=["engines"],
+    p = sub.add_parser("build",
                        help="build the repository: exports, copied Python models, config.pbtxt files and, on GPU "
-                            "hosts, TensorRT plans (incremental; `engines` is the old spelling)",
+                            "hosts, TensorRT plans (incremental; `make engines` runs it)",
                        description="Build the model repository from the specs: export and check every model, copy "
                                    "the Python models, write each config.pbtxt, and build TensorRT plans where "
-                                   "TensorRT and a GPU are. Incremental. `hotpath engines` is the old spelling of "
-                                   "this command and does the same.")
+                                   "TensorRT and a GPU are. Incremental.")
     p.add_argument("--repository", default=None, help="model repository (default: ./model_repository)")
     p.add_argument("--model", action="append", help="build only this model (repeatable)")
     p.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
@@ -358,9 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile", default=settings.perf_profile())
     p.add_argument("--endpoint", action="append", help="sweep only this endpoint (repeatable)")
     p.add_argument("--quick", action="store_true", help="smoke: two load points per endpoint, short windows")
-    # Moved to the lab (`python -m perf compare`); kept so that the old spelling says where.
-    p.add_argument("--compare", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--alternative", action="append", help=argparse.SUPPRESS)
+    p.add_argument("--alternative", action="append", help=argparse.SUPPRESS)   # the lab's: python -m perf compare
     p.add_argument("--explain", metavar="ENDPOINT", default=None,
                    help="trace every request at concurrency 1 and the SLO's load; print where the time goes and "
                         "write perf/reports/explain-ENDPOINT.md with a timeline")
@@ -389,7 +377,6 @@ def build_parser() -> argparse.ArgumentParser:
                    help="closed-loop sweep, comma-separated (the SLO's declared load is always added)")
     p.add_argument("--threads", type=int, default=None,
                    help="most busy threads over all steps (default: the cores, or what the start uses if more)")
-    p.add_argument("--vs-model-analyzer", action="store_true", help=argparse.SUPPRESS)  # moved: python -m perf tune
     _allow_busy_flag(p)
     p.add_argument("--url", default=None, help="use a running server (started with explicit model control)")
     p.add_argument("--no-write", action="store_true", help="measure only; leave the specs alone")
@@ -402,10 +389,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("usage", help="what each tenant used (requests, tokens, images, documents written): from "
                                      "Prometheus over a window, or totals since start from metrics endpoints")
     _usage_arguments(p)
-
-    p = sub.add_parser("study", help="moved to the lab: `python -m perf study NAME` from a checkout")
-    p.add_argument("study_args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=lambda args: _moved("hotpath study", "python -m perf study NAME"))
     return parser
 
 

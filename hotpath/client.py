@@ -29,7 +29,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from hotpath import settings
-from hotpath.errors import HotpathError
+from hotpath.errors import HotpathError, InputError, UnavailableError
 
 
 class ClientError(HotpathError):
@@ -43,13 +43,13 @@ class ClientError(HotpathError):
         self.status = status
 
 
-class InvalidInputError(ClientError):
+class InvalidInputError(ClientError, InputError):
     """INVALID_ARGUMENT: the request is wrong (bad bytes, too large, wrong shape); never retry it."""
 
     exit_code = 65  # sysexits EX_DATAERR
 
 
-class ServerUnavailableError(ClientError):
+class ServerUnavailableError(ClientError, UnavailableError):
     """UNAVAILABLE: overloaded (the gateway's in-flight cap, text_generation's admission queue), shutting down
     or unreachable; try later."""
 

@@ -1,13 +1,17 @@
-"""Error types that name what is at fault (the model, the field, the input)."""
+"""The toolchain's errors, on the one tree of hotpath.runtime.errors (re-exported here: import from either).
+
+SpecError and a config file that does not parse are ConfigErrors; BuildError and ServerError are faults
+(INTERNAL). Each names what is at fault (the model, the field, the file).
+"""
 
 from __future__ import annotations
 
+from hotpath.runtime.errors import ConfigError, HotpathError, InputError, UnavailableError
 
-class HotpathError(Exception):
-    """Base class for errors hotpath reports to users without a traceback."""
+__all__ = ["BuildError", "ConfigError", "HotpathError", "InputError", "ServerError", "SpecError", "UnavailableError"]
 
 
-class SpecError(HotpathError, ValueError):
+class SpecError(ConfigError):
     """A model or ensemble spec is invalid; names the file, the model and the field."""
 
     def __init__(self, model: str, field: str, message: str, source: str | None = None):

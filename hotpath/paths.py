@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hotpath import settings
+from hotpath.runtime.settings import work_folder
 
 ROOT = settings.root()
 
@@ -35,4 +36,4 @@ def model_repository() -> Path:
 
 def work_dir() -> Path:
     """Scratch space for staged repositories, backend directories and logs (ignored by git)."""
-    return _dir(settings.work_dir, ROOT / ".hotpath")
+    return work_folder()

@@ -1,4 +1,4 @@
-"""`hotpath build` (old spelling `hotpath engines`): specs -> exports, Python models, config.pbtxt files and
+"""`hotpath build`: specs -> exports, Python models, config.pbtxt files and
 TensorRT artefacts in the repository.
 
 Incremental: each version directory keeps a stamp with a fingerprint of everything its files
@@ -19,12 +19,12 @@ from pathlib import Path
 from google.protobuf import json_format
 
 from hotpath import paths
-from hotpath.config_pbtxt import render, validate_all
 from hotpath.errors import BuildError
 from hotpath.exporters.base import Exporter
 from hotpath.exporters.registry import get_exporter
-from hotpath.fingerprint import fingerprint, is_fresh, write_stamp
-from hotpath.spec import ModelSpec, load_specs
+from hotpath.specs.config_pbtxt import render, validate_all
+from hotpath.specs.fingerprint import fingerprint, is_fresh, write_stamp
+from hotpath.specs.spec import ModelSpec, load_specs
 
 log = logging.getLogger(__name__)
 VERSION = "1"
@@ -158,7 +158,7 @@ def _write_warmup_files(spec: ModelSpec, model_dir: Path) -> bool:
 
 
 class _TensorRTStep:
-    """The TensorRT step (hotpath.tensorrt.build.step), imported and set up (GPU detection) at the first spec
+    """The TensorRT step (hotpath.tensorrt.plans.step), imported and set up (GPU detection) at the first spec
     with a `[hotpath.tensorrt]` table: a spec without one never enters the TensorRT code."""
 
     def __init__(self):
@@ -168,7 +168,7 @@ class _TensorRTStep:
         if spec.hotpath.tensorrt is None:
             return ""
         if self._plans is None:
-            from hotpath.tensorrt.build.step import PlanStep
+            from hotpath.tensorrt.plans.step import PlanStep
 
             self._plans = PlanStep()
         return self._plans.build(spec, version_dir, force)
@@ -177,7 +177,7 @@ class _TensorRTStep:
     def write_files(spec: ModelSpec, model_dir: Path) -> bool:
         if spec.hotpath.tensorrt is None:
             return False
-        from hotpath.tensorrt.build.step import write_plan_files
+        from hotpath.tensorrt.plans.step import write_plan_files
 
         return write_plan_files(spec, model_dir)
 

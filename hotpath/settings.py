@@ -6,65 +6,32 @@ An accessor reads the variable when called (tests and child processes change the
 `os.environ` or from the mapping it is given (the container's command is built from one). Unset or
 empty means the default. docs/configuration.md's "Environment variables" table lists every name here,
 and tests/unit/test_settings.py fails when code reads a variable other than through this module, or one
-missing from that table. Stdlib only: the container and the Python stubs import it (docker/Dockerfile copies it).
+missing from that table. Stdlib only. The variables the Python stubs read live in hotpath.runtime.settings, re-exported here.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Generic, TypeVar
+from hotpath.runtime.settings import (  # noqa: F401
+                                      SETTINGS,
+                                      Setting,
+                                      _container,
+                                      _flag,
+                                      _optional,
+                                      _setting,
+                                      pg_dsn,
+                                      retrieval_data_dir,
+                                      root,
+                                      stub_timing_dir,
+                                      work_dir,
+)
 
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Setting(Generic[T]):
-    """One variable: `setting()` is its value now, `setting.name` what to set."""
-
-    name: str
-    default: T
-    parse: Callable[[str], T]
-    doc: str
-
-    def __call__(self, env: Mapping[str, str] | None = None) -> T:
-        raw = (os.environ if env is None else env).get(self.name, "").strip()
-        return self.parse(raw) if raw else self.default
-
-
-def _flag(raw: str) -> bool:
-    return raw.lower() in ("1", "true", "yes")
-
-
-def _optional(raw: str) -> str | None:
-    return raw
-
-
-SETTINGS: dict[str, Setting] = {}
-
-
-def _setting(name: str, default: T, parse: Callable[[str], T], doc: str, prefix: str = "HOTPATH_") -> Setting[T]:
-    setting = Setting(prefix + name, default, parse, doc)
-    SETTINGS[setting.name] = setting
-    return setting
-
-
-def _container(name: str, default: T, parse: Callable[[str], T], doc: str) -> Setting[T]:
-    """An unprefixed variable of the container's environment."""
-    return _setting(name, default, parse, doc, prefix="")
-
-
-# Where things live (hotpath.paths).
-root = _setting("ROOT", Path(__file__).resolve().parent.parent, Path, "the checkout the default folders are in")
+# Where things live (hotpath.paths; root and work_dir: hotpath.runtime.settings).
 build_dir = _setting("BUILD_DIR", None, _optional, "model spec folder (default ./build)")
 ensembles_dir = _setting("ENSEMBLES_DIR", None, _optional, "ensemble spec folder (default ./ensembles)")
 python_backends_dir = _setting("PYTHON_BACKENDS_DIR", None, _optional,
                                "Python models' source folder (default ./python_backends)")
 model_repository = _setting("MODEL_REPOSITORY", None, _optional, "repository to build and serve "
                             "(default ./model_repository)")
-work_dir = _setting("WORK_DIR", None, _optional, "staged copies, backend directory, server logs (default ./.hotpath)")
 
 # Every hotpath server, local and container (hotpath.server).
 admin_key = _setting("ADMIN_KEY", None, _optional, "key for Triton's restricted APIs; hotpath's tools send it")
@@ -77,8 +44,6 @@ trace_otlp_url = _setting("TRACE_OTLP_URL", None, _optional, "OpenTelemetry trac
 trace_rate = _setting("TRACE_RATE", 1000, int, "OpenTelemetry traces: one request in N")
 trace_service = _setting("TRACE_SERVICE", "hotpath", str, "OpenTelemetry service name (container)")
 probe_s = _setting("PROBE_SECS", 5.0, float, "the container's watchdog: seconds between probe rounds")
-stub_timing_dir = _setting("STUB_TIMING_DIR", None, _optional, "Python stubs append per-execute() timings there "
-                           "(read inside Triton by hotpath.runtime.timing)")
 
 # The CLI.
 http_port = _setting("HTTP_PORT", 8000, int, "`hotpath serve` HTTP port")
@@ -110,7 +75,7 @@ keepalive_timeout_s = _setting("KEEPALIVE_TIMEOUT_SECS", 30, int, "public listen
 openai_max_connections = _setting("OPENAI_MAX_CONNECTIONS", 4096, int, "the OpenAI API alone: connections (or "
                                   "requests) open at once beyond which a new request is answered 503")
 
-# Benchmarks (hotpath.perf).
+# Benchmarks (hotpath.sweeps).
 allow_busy = _setting("ALLOW_BUSY", False, _flag, "measure even when other processes keep the CPU busy")
 quiet_max_cores = _setting("QUIET_MAX_CORES", None, float, "cores other processes may use before a benchmark "
                            "refuses (default a tenth of the machine, at least 0.2)")
@@ -124,10 +89,7 @@ gpu_name = _setting("GPU_NAME", None, _optional, "GPU name instead of the one fo
 compute_capability = _setting("COMPUTE_CAPABILITY", None, _optional, "compute capability instead of the one found")
 tensorrt_version = _setting("TENSORRT_VERSION", None, _optional, "TensorRT version instead of the installed one")
 
-# Retrieval.
-pg_dsn = _setting("PG_DSN", None, _optional, "PostgreSQL DSN of the pgvector store (or its `pg_dsn` parameter)")
-retrieval_data_dir = _setting("RETRIEVAL_DATA_DIR", None, _optional,
-                              "the in-process vector store's data (WAL) directory (or its `data_dir` parameter)")
+# Retrieval: pg_dsn and retrieval_data_dir (hotpath.runtime.settings, read inside Triton).
 
 # text_generation's engine: read inside Triton by hotpath.runtime.llm.settings.engine_python (the precision
 # gate calls that too); listed here for its default and the docs' table.

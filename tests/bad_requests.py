@@ -25,7 +25,7 @@ from PIL import Image
 from tritonclient.grpc import model_config_pb2, service_pb2, service_pb2_grpc
 
 from hotpath.paths import model_specs_dir
-from hotpath.spec import load_spec
+from hotpath.specs.spec import load_spec
 
 LEAKS = ("Traceback", "/work", ".py", "site-packages")   # nothing of the server's insides may reach a client
 BIG = 2 ** 32 + 5                                          # 5 after any narrowing into 32 bits

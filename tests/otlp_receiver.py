@@ -6,7 +6,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from hotpath.perf.explain.otlp import decode
+from hotpath.sweeps.explain.otlp import decode
 
 
 class OtlpReceiver:

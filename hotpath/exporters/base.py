@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from hotpath.spec import ModelSpec
+from hotpath.specs.spec import ModelSpec
 
 Log = Callable[[str], None]
 

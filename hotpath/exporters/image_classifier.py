@@ -28,7 +28,7 @@ import numpy as np
 from hotpath.errors import BuildError
 from hotpath.exporters import quantize
 from hotpath.exporters.base import Exporter, ExportReport, Log
-from hotpath.spec import ModelSpec
+from hotpath.specs.spec import ModelSpec
 
 TOP_K = 5
 

@@ -199,7 +199,7 @@ def vllm_version(python: Path | None = None) -> str:
 
 def model_digest(model_dir: Path) -> str:
     """Content digest of a model directory's files (weights, config, tokenizer; not hidden files such as stamps)."""
-    from hotpath.fingerprint import file_digest
+    from hotpath.specs.fingerprint import file_digest
 
     files = sorted(p for p in Path(model_dir).iterdir() if p.is_file() and not p.name.startswith("."))
     if not files:
@@ -242,7 +242,7 @@ def anchors_key(windows: list[list[int]]) -> str:
 
     from hotpath.exporters.llm_gguf import gguf_path
     from hotpath.exporters.node_llama_cpp import NODE_LLAMA_CPP_VERSION
-    from hotpath.fingerprint import file_digest
+    from hotpath.specs.fingerprint import file_digest
 
     key = _digest({"gguf": file_digest(gguf_path()), "windows": _digest(windows), "transformers": version("transformers"),
                    "torch": version("torch"), "node-llama-cpp": NODE_LLAMA_CPP_VERSION,
@@ -301,7 +301,7 @@ def gate(model_dir: Path, dtype: str, log: Log = print, quantization: str | None
     the quantization, the vLLM version and the corpus (with the anchors' key): an unchanged rebuild measures
     nothing and costs the digests (~1-2 s). A failing verdict is recomputed from cached figures, so it fails
     again until the dtype or the model changes."""
-    from hotpath.fingerprint import file_digest
+    from hotpath.specs.fingerprint import file_digest
 
     t0 = time.perf_counter()
     python = check_vllm_python(python)   # before anything slow: a missing environment fails at once

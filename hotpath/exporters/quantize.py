@@ -23,7 +23,7 @@ from typing import Iterable
 import numpy as np
 
 from hotpath.errors import BuildError
-from hotpath.spec import ModelSpec
+from hotpath.specs.spec import ModelSpec
 
 # Floors each gate reads from the spec ([hotpath] keys), with what they bound.
 CLASSIFIER_FLOORS = {"int8_min_top1_agreement": "top1_agreement", "int8_min_top5_overlap": "top5_overlap"}
@@ -35,7 +35,7 @@ CLASSIFIER_EXACT_OPS = ("Cast", "Softmax", "TopK", "Gather")
 
 
 def floors_of(spec: ModelSpec, floors: dict[str, str]) -> dict[str, float]:
-    """The gate's floors from the spec (numbers in [0, 1], checked by hotpath.build_options); an INT8 build
+    """The gate's floors from the spec (numbers in [0, 1], checked by hotpath.specs.build_options); an INT8 build
     without them would have no gate."""
     out = {}
     for key in floors:

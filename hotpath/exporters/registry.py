@@ -20,21 +20,8 @@ EXPORTERS: dict[str, type[Exporter]] = {
     RetrievalIndexExporter.name: RetrievalIndexExporter,
 }
 
-# Names before the exporters were named for their models: a spec that still says one fails, naming the new one.
-RENAMED = {
-    "minilm": TextEncoderExporter.name,
-    "minilm_embedder": SentenceEmbedderExporter.name,
-    "efficientnet_lite0": ImageClassifierExporter.name,
-    "smollm2": TextGenerationExporter.name,
-    "retrieval_index": RetrievalIndexExporter.name,
-}
-
-
 def get_exporter(name: str) -> Exporter:
     """Instantiate the exporter registered under `name`; KeyError (its message for the spec error) if none is."""
-    if name in RENAMED:
-        raise KeyError(f"exporter '{name}' is now '{RENAMED[name]}' (exporters are named for the model they "
-                       f"build): write exporter = \"{RENAMED[name]}\"")
     try:
         return EXPORTERS[name]()
     except KeyError:

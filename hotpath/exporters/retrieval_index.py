@@ -4,7 +4,7 @@ its HNSW index, gated on recall@10 against exact search.
 - Encoder: `export_pooled_encoder` with sentence_embedder's opset and weights writes a byte-identical
   graph (checked against sentence_embedder's when that is built), served with the same tokenizer file
   and settings, so a query's vector is text_embedding's vector.
-- Corpus: Debian's package descriptions (hotpath.retrieval.corpus), `include` + `limit` of them in a
+- Corpus: Debian's package descriptions (hotpath.exporters.retrieval_corpus), `include` + `limit` of them in a
   hash order of their names (stable when apt's lists change);
   the apt list files it is read from are source files, so `apt-get update` rebuilds the index.
 - Documents are embedded length-sorted in batches by the served model's Embedder, built from its
@@ -25,7 +25,7 @@ import numpy as np
 
 from hotpath.errors import BuildError
 from hotpath.exporters.base import Exporter, ExportReport, Log
-from hotpath.spec import ModelSpec
+from hotpath.specs.spec import ModelSpec
 
 BATCH = 64
 MIN_CORPUS = 10_000   # a Debian release lists ~60k packages; far fewer means apt never updated
@@ -76,20 +76,20 @@ class RetrievalIndexExporter(Exporter):
     name = "retrieval"
 
     def source_files(self, spec: ModelSpec) -> list[Path]:
+        from hotpath.exporters.retrieval_corpus import apt_lists
         from hotpath.exporters.sentence_encoder import minilm_dir
-        from hotpath.retrieval.corpus import apt_lists
 
         d = minilm_dir()
         return [d / "model.safetensors", d / "config.json", d / "tokenizer.json", *map(Path, apt_lists())]
 
     def code_files(self) -> list[Path]:
+        import hotpath.exporters.retrieval_build as build
+        import hotpath.exporters.retrieval_corpus as corpus
         import hotpath.exporters.sentence_encoder as enc
-        import hotpath.retrieval.build as build
-        import hotpath.retrieval.corpus as corpus
-        import hotpath.retrieval.hnsw as hnsw
-        import hotpath.retrieval.hnsw_store as store
         import hotpath.runtime.embedder as embedder
         import hotpath.runtime.parameters as parameters
+        import hotpath.runtime.retrieval.hnsw as hnsw
+        import hotpath.runtime.retrieval.hnsw_store as store
         import hotpath.runtime.split_run as split_run
         import hotpath.runtime.text as text
 
@@ -103,11 +103,11 @@ class RetrievalIndexExporter(Exporter):
 
     def export(self, spec: ModelSpec, version_dir: Path, log: Log) -> ExportReport:
         from hotpath import paths
+        from hotpath.exporters.retrieval_build import measure_recall, write_base
+        from hotpath.exporters.retrieval_corpus import debian_packages
         from hotpath.exporters.sentence_encoder import export_pooled_encoder, minilm_dir
-        from hotpath.fingerprint import file_digest
-        from hotpath.retrieval.build import measure_recall, write_base
-        from hotpath.retrieval.corpus import debian_packages
         from hotpath.runtime.embedder import Embedder
+        from hotpath.specs.fingerprint import file_digest
 
         s = spec.hotpath.index
         if s is None:

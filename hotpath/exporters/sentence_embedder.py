@@ -33,7 +33,7 @@ from hotpath.exporters.sentence_encoder import (
     minilm_tokenizer,
     replace_with_int8,
 )
-from hotpath.spec import ModelSpec
+from hotpath.specs.spec import ModelSpec
 
 
 def reference_model():

@@ -24,7 +24,7 @@ from hotpath.errors import BuildError
 from hotpath.exporters import quantize
 from hotpath.exporters.base import Exporter, ExportReport, Log
 from hotpath.runtime.parameters import TokenizerParameters
-from hotpath.spec import ModelSpec
+from hotpath.specs.spec import ModelSpec
 
 # Varied texts for the parity check: short, long (truncated), non-Latin, emoji, empty.
 PARITY_TEXTS = [
@@ -56,7 +56,7 @@ def minilm_tokenizer(recipe: TokenizerParameters = TokenizerParameters()):
 def tokenizer_recipe(model: str = "tokenizer") -> TokenizerParameters:
     """The tokenizer settings `model` is served with: its spec's [parameters] (build/<model>.toml), typed."""
     from hotpath import paths
-    from hotpath.spec import load_spec
+    from hotpath.specs.spec import load_spec
 
     return load_spec(paths.model_specs_dir() / f"{model}.toml").parameters
 

@@ -23,7 +23,7 @@ from hotpath.exporters.base import Exporter, ExportReport, Log
 from hotpath.exporters.llm_gguf import GGUF_FILE, GGUF_PACKAGE, gguf_path, load_reference  # noqa: F401 (re-exported)
 from hotpath.runtime.llm.engine_client import engine_device
 from hotpath.runtime.llm.settings import EngineSettings, cpu_feature_flags, engine_python
-from hotpath.spec import ModelSpec
+from hotpath.specs.spec import ModelSpec
 
 PARITY_PROMPTS = [
     "The capital of France is",
@@ -39,7 +39,7 @@ class TextGenerationExporter(Exporter):
     name = "text_generation"
 
     def source_files(self, spec: ModelSpec) -> list[Path]:
-        # The engine settings ([parameters]) are checked when the spec loads (hotpath.spec: EngineSettings),
+        # The engine settings ([parameters]) are checked when the spec loads (hotpath.specs.spec: EngineSettings),
         # so a bad spec fails the build, not the model's load.
         return [gguf_path()]
 

@@ -19,7 +19,7 @@ from hotpath.errors import HotpathError
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
 from hotpath.gateway.openai_door import AFFINITY_FACTOR, openai_config
-from hotpath.gateway.process import TenantGateway
+from hotpath.gateway.tenant_gateway import TenantGateway
 from hotpath.gateway.tenants import load_tenants, new_token
 from hotpath.shared_state.cache_key import DEFAULT_TTL_S, repository_build
 from hotpath.shared_state.server import LocalRedis

@@ -19,7 +19,6 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath.errors import HotpathError
 from hotpath.gateway.tenants import Tenant
-from hotpath.repository import Repository
 from hotpath.runtime.tenancy import COLLECTION_HEADER, SHARED, TENANT_HEADER
 from hotpath.shared_state.cache_key import (
     DEFAULT_TTL_S,
@@ -30,6 +29,7 @@ from hotpath.shared_state.cache_key import (
 )
 from hotpath.shared_state.quota import GCRA_SCRIPT  # run in Redis by EVALSHA (redis_link.lua)
 from hotpath.shared_state.target import RedisTarget
+from hotpath.specs.repository import Repository
 
 # The parameters a tenant may send, where, with the JSON type Triton's parser expects: a wrong type is a
 # 500 from it. Refused because no public endpoint needs them and they reach past the request: shared

@@ -20,9 +20,9 @@ from pathlib import Path
 
 from hotpath import paths
 from hotpath.errors import HotpathError
-from hotpath.repository import instance_count
-from hotpath.slo import load_slos
-from hotpath.spec import load_specs
+from hotpath.specs.repository import instance_count
+from hotpath.specs.spec import load_specs
+from hotpath.tuning.slo import load_slos
 
 ITEM_BYTE_PARAMETERS = ("max_bytes", "max_text_bytes")   # per-item byte limits of the Python steps
 BODY_OVERHEAD_BYTES = 1 << 20   # protobuf/JSON framing, the other inputs, a batch of small items

@@ -11,11 +11,11 @@ from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.front_door import public_models
 from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
 from hotpath.gateway.openai_door import openai_config
-from hotpath.gateway.process import TenantGateway
+from hotpath.gateway.tenant_gateway import TenantGateway
 from hotpath.gateway.tenants import load_tenants
-from hotpath.repository import Repository
 from hotpath.shared_state.cache_key import repository_build
 from hotpath.shared_state.target import from_env
+from hotpath.specs.repository import Repository
 
 log = logging.getLogger(__name__)
 

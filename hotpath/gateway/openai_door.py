@@ -46,7 +46,7 @@ def openai_config(repository: Path | None = None, aliases: dict[str, str] | None
     """front_door.json's "openai": the names the API serves, with their kind and default token budget."""
     from hotpath import paths
     from hotpath.openai_api.catalog import served_models
-    from hotpath.repository import Repository
+    from hotpath.specs.repository import Repository
 
     repository = Path(repository or paths.model_repository())
     configs = Repository(repository).configs()

@@ -15,7 +15,7 @@ import sys
 
 from hotpath import settings
 from hotpath.health.probe import endpoint_configs, probe_all, server_live
-from hotpath.repository import Repository
+from hotpath.specs.repository import Repository
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,12 +21,13 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import model_config_pb2 as mc
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
-from hotpath.repository import Repository
+from hotpath.errors import HotpathError
+from hotpath.specs.repository import Repository
 
 _counter = itertools.count()
 
 
-class ProbeError(Exception):
+class ProbeError(HotpathError):
     """The probe cannot build a request for an endpoint (an input it has no value for)."""
 
 

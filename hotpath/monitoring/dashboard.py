@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hotpath.monitoring import promql as q
-from hotpath.repository import Endpoint
+from hotpath.specs.repository import Endpoint
 
 WHERE = 'instance=~"$instance"'
 WINDOW = "$__rate_interval"

@@ -6,8 +6,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from hotpath.errors import HotpathError
-from hotpath.repository import Endpoint, Repository
-from hotpath.slo import load_slos
+from hotpath.specs.repository import Endpoint, Repository
+from hotpath.tuning.slo import load_slos
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,6 @@ def profiles(slo_path: Path | None = None) -> list[str]:
     """Hardware profiles declared in perf/slo.toml."""
     import tomllib
 
-    from hotpath.slo import slo_file
+    from hotpath.tuning.slo import slo_file
 
     return sorted(tomllib.loads(Path(slo_path or slo_file()).read_text())["profiles"])

@@ -10,8 +10,8 @@ from __future__ import annotations
 from hotpath.monitoring import promql as q
 from hotpath.monitoring.dashboard import WHERE, WINDOW, Panel, _panel_json, dashboard
 from hotpath.monitoring.rules import Alert
-from hotpath.repository import Endpoint
 from hotpath.runtime.llm.metrics import PREFIX
+from hotpath.specs.repository import Endpoint
 
 PREEMPTIONS_PER_S_MAX = 0.1   # sustained preemption: the KV budget is too small for the load
 

@@ -7,7 +7,7 @@ in milliseconds (Triton reports microseconds).
 
 from __future__ import annotations
 
-from hotpath.repository import Endpoint
+from hotpath.specs.repository import Endpoint
 
 JOB = "hotpath"   # scrape job of Triton's metrics port (docs/operations.md, deploy/ pod annotations)
 QUANTILES = ("0.5", "0.95", "0.99")

@@ -131,8 +131,8 @@ class OpenAIAPI:
     async def lifespan(self, _app):
         self.triton = Triton(self.config.grpc_url)
         if self.config.redis is not None:
-            from hotpath.repository import Repository
             from hotpath.shared_state.cache_key import repository_build
+            from hotpath.specs.repository import Repository
 
             self.cache = AnswerCache(self.config.redis.client(asyncio=True),
                                      repository_build(Repository(self.config.repository)),

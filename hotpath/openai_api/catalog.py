@@ -17,7 +17,7 @@ from pathlib import Path
 from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath.errors import HotpathError
-from hotpath.repository import Repository
+from hotpath.specs.repository import Repository
 
 OWNER = "hotpath"
 

@@ -15,8 +15,7 @@ from pydantic import ValidationError
 from tritonclient.utils import InferenceServerException
 
 from hotpath.client import client_error
-
-RETRY_AFTER_S = 1
+from hotpath.runtime.errors import RETRY_AFTER_S, http_status
 
 
 class APIError(Exception):
@@ -92,21 +91,13 @@ def from_validation(exc: ValidationError) -> APIError:
     return invalid(f"Invalid value for '{param}': {first['msg']}", param, "invalid_value")
 
 
-_BY_STATUS = {"INVALID_ARGUMENT": (400, "invalid_request_error", None),
-              "RESOURCE_EXHAUSTED": (429, "rate_limit_error", RETRY_AFTER_S),
-              "UNAVAILABLE": (503, "server_error", RETRY_AFTER_S),
-              "CANCELLED": (503, "server_error", RETRY_AFTER_S),
-              "DEADLINE_EXCEEDED": (504, "server_error", None),
-              "NOT_FOUND": (404, "invalid_request_error", None),
-              "UNAUTHENTICATED": (401, "authentication_error", None)}
-
-
 def from_triton(model: str, exc: InferenceServerException, param: str | None = None) -> APIError:
     """Triton's error as the API answers it (see the module docstring). A server fault's own message
     stays in this process's log: it may hold a traceback."""
     error = client_error(model, exc)
     status = error.status or ""
-    code, kind, retry = _BY_STATUS.get(status, (500, "server_error", None))
+    answer = http_status(status)
+    code, kind, retry = answer.http, answer.openai_type, answer.retry_after_s
     if error.retryable and status != "RESOURCE_EXHAUSTED":   # a version unloading, a stub restarting
         code, kind, retry = 503, "server_error", RETRY_AFTER_S
     message = (exc.message() or "").removeprefix(f"{model}: ") if code < 500 or code == 503 else ""

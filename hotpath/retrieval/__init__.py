@@ -1,5 +1,6 @@
-"""Retrieval next to inference: document stores searched by the `retrieval` endpoint.
+"""The retrieval endpoint's tooling: `hotpath retrieval` (collections, drop-collection), the pgvector variant of
+the repository and a local Postgres + pgvector for it.
 
-`store.VectorStore` is the one interface; `hotpath.retrieval` holds the in-process ANN index (with
-its write-ahead log) and the Postgres + pgvector store that a fleet of replicas shares.
+The stores themselves (`VectorStore`, the in-process HNSW index with its write-ahead log, pgvector) run inside
+Triton's stub: hotpath.runtime.retrieval. The index is built by hotpath.exporters.retrieval_build.
 """

@@ -5,13 +5,13 @@ op that any caller reaching Triton directly could try):
 - `--store pgvector`: one `DELETE ... WHERE collection = %s` on the server every replica shares, so every
   replica's next search no longer sees it;
 - `--store hnsw`: a "drop" record appended, under the store's lock and fsync'd, to the write-ahead log in the
-  model's data directory (hotpath.retrieval.hnsw_store). The running model tails that log before each
+  model's data directory (hotpath.runtime.retrieval.hnsw_store). The running model tails that log before each
   search and write, so it stops seeing the collection on its next call; a model started later replays it.
   Run it where the data directory is mounted (the serving host or pod), the server up or down.
 
 The store and its settings default to the model's config in the repository (`store`, `data_dir`,
 `pg_dsn`, `pg_table`) and the deployment's environment (HOTPATH_RETRIEVAL_DATA_DIR, HOTPATH_PG_DSN), the
-way the model itself finds them (hotpath.retrieval.open). The shared corpus ("shared") is refused without
+way the model itself finds them (hotpath.runtime.retrieval.open). The shared corpus ("shared") is refused without
 --force: every tenant searches it.
 """
 
@@ -26,8 +26,8 @@ from hotpath.runtime.tenancy import NAME, SHARED
 
 def _params(args: argparse.Namespace):
     from hotpath import paths
-    from hotpath.repository import read_config
     from hotpath.runtime.parameters import RetrievalParameters
+    from hotpath.specs.repository import read_config
 
     repository = Path(args.repository or paths.model_repository())
     values: dict[str, str] = {}
@@ -42,18 +42,18 @@ def _params(args: argparse.Namespace):
 def open_for_admin(args: argparse.Namespace):
     """The store the model `args.model` of the repository serves from (no seeding, no build needed for pgvector)."""
     from hotpath import paths
-    from hotpath.retrieval.open import STORES, data_dir_of
+    from hotpath.runtime.retrieval.open import STORES, data_dir_of
 
     params, repository = _params(args)
     if params.store == "hnsw":
-        from hotpath.retrieval.hnsw_store import HnswStore
+        from hotpath.runtime.retrieval.hnsw_store import HnswStore
 
         base = Path(args.export) if args.export else repository / args.model / "1" / "export"
         data = Path(args.data_dir) if args.data_dir else data_dir_of(params, args.model, paths.work_dir())
         return HnswStore(base, data, compact_bytes=params.compact_bytes)
     if params.store == "pgvector":
         from hotpath import settings
-        from hotpath.retrieval.pgvector_store import DSN_ENV, PgVectorStore
+        from hotpath.runtime.retrieval.pgvector_store import DSN_ENV, PgVectorStore
 
         dsn = args.pg_dsn or settings.pg_dsn() or params.pg_dsn
         if not dsn:
@@ -108,7 +108,7 @@ def add_commands(sub) -> None:
         q.add_argument("--model", default="retrieval", help="the model whose store it is (default retrieval)")
         q.add_argument("--repository", default=None, help="the model repository (default: the built one)")
         q.add_argument("--data-dir", default=None,
-                       help="hnsw: the WAL's directory (default: as the model finds it, hotpath.retrieval.open)")
+                       help="hnsw: the WAL's directory (default: as the model finds it, hotpath.runtime.retrieval.open)")
         q.add_argument("--export", default=None, help="hnsw: the build output (default: the model's 1/export)")
         q.add_argument("--pg-dsn", default=None, help="pgvector: the server (default: $HOTPATH_PG_DSN, the model's)")
         q.add_argument("--pg-table", default=None, help="pgvector: the table (default: the model's pg_table)")

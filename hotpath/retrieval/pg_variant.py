@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from hotpath import paths
-from hotpath.config_pbtxt import to_pbtxt
-from hotpath.repository import read_config
+from hotpath.specs.config_pbtxt import to_pbtxt
+from hotpath.specs.repository import read_config
 
 SOURCE, VARIANT = "retrieval", "retrieval_pg"
 

@@ -13,6 +13,8 @@ import functools
 import sys
 import traceback
 
+from hotpath.runtime.errors import triton_code
+
 
 def input_array(pb, request, name: str):
     """The input `name` of `request` as numpy, None when the request lacks it (the model says whether it may)."""
@@ -26,10 +28,11 @@ def invalid(pb, model: str, message: str):
 
 
 def fault_error(pb, model: str, exc: BaseException, code=None):
-    """A TritonError for a fault of ours: the exception's type only, its traceback to the server log."""
+    """A TritonError for a fault of ours: the exception's type only, its traceback to the server log; the
+    code is `code`, else the exception's branch's (hotpath.runtime.errors: UNAVAILABLE or INTERNAL)."""
     print(f"{model}: internal error\n" + "".join(traceback.format_exception(exc)), file=sys.stderr, flush=True)
     return pb.TritonError(f"{model}: internal error ({type(exc).__name__}); details in the server log",
-                          pb.TritonError.INTERNAL if code is None else code)
+                          triton_code(pb, exc) if code is None else code)
 
 
 def fault(pb, model: str, exc: BaseException, code=None):

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from hotpath.runtime.errors import InputError
 
-class InputError(ValueError):
-    """A request input the endpoint refuses; the message names the input and the rule."""
+__all__ = ["InputError", "column", "integers", "required"]
 
 
 def required(values: np.ndarray | None, name: str, spec: str) -> np.ndarray:

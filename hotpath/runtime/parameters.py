@@ -2,7 +2,7 @@
 
 Triton hands a Python model its parameters as strings; `Parameters.parse` turns them into the model's
 class, refusing an unknown key or a bad value with a ParameterError naming the key. The build checks a
-spec's [parameters] table through the same class (hotpath.spec), so a typo fails `hotpath build` naming
+spec's [parameters] table through the same class (hotpath.specs.spec), so a typo fails `hotpath build` naming
 the spec file, and the exporters that must match the served model (tokenizer settings, threads) read the
 same object. A value the spec leaves out takes the field's default here, at build time and at load alike:
 these defaults are the only ones; the exporters never write a parameter the spec does not set.
@@ -14,6 +14,8 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, TypeVar
+
+from hotpath.runtime.errors import ConfigError
 
 # all-MiniLM-L6-v2's max_seq_length (sentence-transformers' config; the sentence_embedder build checks it).
 MAX_LENGTH = 256
@@ -27,7 +29,7 @@ FOREIGN_KEYS = ("EXECUTION_ENV_PATH",)
 P = TypeVar("P", bound="Parameters")
 
 
-class ParameterError(ValueError):
+class ParameterError(ConfigError):
     """A parameter the model refuses; names the key."""
 
     def __init__(self, key: str, message: str):
@@ -152,17 +154,17 @@ class EmbedderParameters(TokenizerParameters, OrtParameters):
 
 @dataclass(frozen=True)
 class RetrievalParameters(EmbedderParameters):
-    """The retrieval model: the embedding above, request limits and its store (hotpath.retrieval.open)."""
+    """The retrieval model: the embedding above, request limits and its store (hotpath.runtime.retrieval.open)."""
 
     store: str = "hnsw"
     default_k: int = 10
     max_k: int = 100
     max_id_bytes: int = 512
-    data_dir: str = ""                # where the WAL lives (hotpath.retrieval.open.data_dir_of)
+    data_dir: str = ""                # where the WAL lives (hotpath.runtime.retrieval.open.data_dir_of)
     compact_bytes: int = 64 << 20     # fold the WAL into a snapshot past this size
     ef_search: int | None = None      # the HNSW search breadth; absent: the build's ([hotpath.index], its manifest)
     # store = "pgvector": the server (the environment's HOTPATH_PG_DSN first) and its table; the HNSW
-    # settings default to the build's (hotpath.retrieval.pgvector_store). `m`, `ef_construction` and
+    # settings default to the build's (hotpath.runtime.retrieval.pgvector_store). `m`, `ef_construction` and
     # `dimension` are older spellings of pg_m, pg_ef_construction and dim.
     pg_dsn: str = ""
     pg_table: str = "hotpath_documents"

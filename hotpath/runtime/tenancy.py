@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import re
 
+from hotpath.runtime.errors import InputError
+
 TENANT_HEADER = "x-hotpath-tenant"
 COLLECTION_HEADER = "x-hotpath-collection"
 FORWARD_PATTERN = "^x-hotpath-(tenant|collection)$"
@@ -23,7 +25,7 @@ RESERVED = (LOCAL, SHARED)
 NAME = re.compile(r"[a-z0-9_-]{1,64}")   # a tenant's name, and so its collection's (hotpath.gateway.tenants)
 
 
-class TenancyError(ValueError):
+class TenancyError(InputError):
     """The request names its tenant or collection more than once, or not as a tenant's name."""
 
 

@@ -16,7 +16,7 @@ import os
 import time
 from pathlib import Path
 
-from hotpath import settings  # stdlib only, copied into the container beside hotpath/runtime
+from hotpath.runtime import settings
 
 ENV = settings.stub_timing_dir.name
 now_ns = time.monotonic_ns  # same clock as Triton's trace timestamps (steady_clock)

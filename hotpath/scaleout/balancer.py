@@ -1,6 +1,6 @@
 """The replica balancer: an NGINX config (hotpath.nginx) passing gRPC calls to local replicas, nothing else.
 
-The bare failover setup that perf/studies/failover.py measures beside the tenant gateway, which adds tenants
+The bare failover setup that perf/lab/studies/failover.py measures beside the tenant gateway, which adds tenants
 and limits in front of the same upstream policy (hotpath.nginx.upstreams).
 """
 

@@ -7,8 +7,8 @@ import signal
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from hotpath.server.local_triton import LocalTriton
 from hotpath.server.ports import ServerPorts, free_ports
-from hotpath.server.process import LocalTriton
 
 
 class LocalReplicas:

@@ -15,8 +15,8 @@ from typing import Callable
 from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath import paths
-from hotpath.config_pbtxt import to_pbtxt
-from hotpath.repository import Repository, read_config
+from hotpath.specs.config_pbtxt import to_pbtxt
+from hotpath.specs.repository import Repository, read_config
 
 Log = Callable[[str], None]
 
@@ -43,8 +43,8 @@ def stage_repository(repository: Path, target: Path, ort_threads: int | None = N
     """Make `target` a servable copy of `repository`; returns the names of the staged models.
 
     `tuned`: knob values per model over the repository's configs; default: this host's tuned values
-    (hotpath.tuned_values; none when absent or measured on other hardware, which is logged)."""
-    from hotpath.tuned_values import for_this_host, link_with_config, with_tuned
+    (hotpath.tuning.tuned_values; none when absent or measured on other hardware, which is logged)."""
+    from hotpath.tuning.tuned_values import for_this_host, link_with_config, with_tuned
 
     runner = paths.python_backends_dir() / "onnxruntime_runner" / "model.py"
     target.mkdir(parents=True, exist_ok=True)

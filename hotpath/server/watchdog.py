@@ -38,13 +38,13 @@ import psutil
 import tritonclient.grpc as grpcclient
 
 from hotpath.health.probe import ProbeResult, endpoint_configs, probe
-from hotpath.repository import Repository, instance_count
 from hotpath.server.admin import admin_headers
 from hotpath.server.model_control import load_config, served_config
 from hotpath.server.stubs import stub_census, stub_processes
+from hotpath.specs.repository import Repository, instance_count
 
 if TYPE_CHECKING:   # the container runs the watchdog without the local-server modules
-    from hotpath.server.process import LocalTriton
+    from hotpath.server.local_triton import LocalTriton
 
 _UNHEALTHY_STUB = re.compile(r"Stub process '([^']+)' is not healthy")
 # A forcing change: a parameter no backend reads, set to the restart time.

@@ -22,8 +22,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from hotpath.fingerprint import STAMP
-from hotpath.repository import Repository
+from hotpath.specs.fingerprint import STAMP
+from hotpath.specs.repository import Repository
 
 PREFIX = "hotpath:cache:"
 DEFAULT_TTL_S = 3600
@@ -32,7 +32,7 @@ HIT_HEADER = "X-Hotpath-Cache"   # "hit" / "miss" on a cacheable endpoint's answ
 # The tenant gateway tells the OpenAI API its caller's namespace (it replaces whatever a client sent).
 NAMESPACE_HEADER = "X-Hotpath-Cache-Namespace"
 # A store endpoint (retrieval) is one with this input: a call with it may write (OP "upsert" / "delete",
-# hotpath/retrieval/requests.py), which moves the version of the writer's collection, kept under
+# hotpath/runtime/retrieval/requests.py), which moves the version of the writer's collection, kept under
 # STORE_VERSION_PREFIX + endpoint + ":" + collection; a cached read is keyed by its collection and served only
 # under the versions (the shared corpus's and its own) it was computed at (hotpath/gateway/exact_cache.lua).
 STORE_WRITE_INPUT = "OP"

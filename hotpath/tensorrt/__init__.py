@@ -1,6 +1,6 @@
 """TensorRT plans: one home, in two layers; a build calls down, never back up.
 
-- `hotpath.tensorrt.build` (toolchain, `hotpath build`): a spec's `[hotpath.tensorrt]` table -> options
+- `hotpath.tensorrt.plans` (toolchain, `hotpath build`): a spec's `[hotpath.tensorrt]` table -> options
   (`options`, checked against the tokenizers feeding the model: `feeders`), profiles, the Recipe, the plan
   config (`plan_config`), the folded ONNX (`sanitize`), INT8 calibration inputs, the engines step (`step`)
   and `hotpath build --check` (`audit`). Only hotpath.repository_build and the CLI enter it, and only for

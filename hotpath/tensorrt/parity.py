@@ -3,7 +3,7 @@
 The build compares TensorRT (TrtRunner on the plan) with ONNX Runtime (OnnxrtRunner on the
 exported model); the constant-folded ONNX is compared with its source the same way on any host;
 the container compares a plan it rebuilt before Triton loads it (hotpath.tensorrt.startup).
-In the core, below hotpath.tensorrt.build, because the container runs it: numpy and polygraphy are
+In the core, below hotpath.tensorrt.plans, because the container runs it: numpy and polygraphy are
 imported when a comparison runs.
 """
 

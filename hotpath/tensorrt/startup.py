@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from hotpath.repository import Repository, read_config
+from hotpath.specs.repository import Repository, read_config
 from hotpath.tensorrt import builder, device, parity
 from hotpath.tensorrt.compat import Target
 from hotpath.tensorrt.inventory import PlanStatus, plan_status, version_dirs
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--args-file", required=True, help="where to write tritonserver's arguments")
     args = parser.parse_args(argv)
     from hotpath import logs
-    from hotpath.preflight import check_repository
+    from hotpath.specs.preflight import check_repository
 
     logs.configure()
     result = prepare(Path(args.repository), Path(args.cache), device.detect(), args.on_incompatible)

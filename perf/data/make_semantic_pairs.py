@@ -1,6 +1,6 @@
 """Writes perf/data/semantic_pairs.jsonl: the prompt pairs the semantic cache's threshold is set on.
 
-Two labels (perf/studies/semantic_cache.py reads them):
+Two labels (perf/lab/studies/semantic_cache.py reads them):
 - `paraphrase`: the same request in other words (synonyms, reordering, formal / informal, typos, with or
   without "please", a question vs an imperative, odd Unicode): one answer serves both; a cache hit is right.
 - `near_miss`: mostly the same words, a different request (negation, an opposite, another entity, two

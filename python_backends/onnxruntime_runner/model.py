@@ -6,7 +6,7 @@ honours the native backend's `intra_op_thread_count` / `inter_op_thread_count` p
 the config's `model_operations` op libraries, and runs every `execute()` as one batched session call.
 Like the native backend it gives requests no isolation: a failed call fails every request batched
 in it. So that the stand-in cannot hide what production does, it refuses TYPE_STRING inputs (hotpath
-validates text in a Python step in front of any native model; hotpath.config_pbtxt refuses such specs).
+validates text in a Python step in front of any native model; hotpath.specs.config_pbtxt refuses such specs).
 """
 
 import numpy as np

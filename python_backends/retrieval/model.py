@@ -1,14 +1,14 @@
 """Retrieval: BYTES query in, the top-k documents of the store out; writes (upsert/delete) through the same model.
 
 One process embeds and searches: text_embedding's tokenizer settings and encoder graph (the same
-vectors), then the store chosen by the `store` parameter (hotpath.retrieval.open: the built HNSW index
+vectors), then the store chosen by the `store` parameter (hotpath.runtime.retrieval.open: the built HNSW index
 with its write-ahead log, or Postgres + pgvector). Per `execute()`: every request is checked on its
-own (hotpath.retrieval.requests); all texts to embed (queries and upserted documents) go through one
+own (hotpath.runtime.retrieval.requests); all texts to embed (queries and upserted documents) go through one
 tokenizer call and one encoder call; the writes are applied in arrival order, one store write (one
 fsync or one transaction) per collection, before any response is sent; then one search per collection
 for all its queries. A bad request gets its own INVALID_ARGUMENT.
 
-Collections (hotpath.retrieval.store): each request reads and writes the collection the gateway
+Collections (hotpath.runtime.retrieval.store): each request reads and writes the collection the gateway
 named (hotpath.runtime.tenancy.collection_of: its tenant's, "shared" for an admin, "local" for a direct
 call). Writes go to it alone; searches see it plus "shared" ("shared" alone for an admin). A request
 whose collection or tenant parameter is malformed gets INVALID_ARGUMENT, alone. Usage per tenant
@@ -19,16 +19,16 @@ its texts, from the one tokenizer call's attention mask).
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
-from hotpath import paths
-from hotpath.retrieval.open import data_dir_of, open_store
-from hotpath.retrieval.requests import Limits, parse_request
-from hotpath.retrieval.store import write_all
 from hotpath.runtime.backend_args import parameters, version_dir
 from hotpath.runtime.backend_io import fault_error, guarded, input_array, invalid
 from hotpath.runtime.embedder import EXPORT_DIR, Embedder
 from hotpath.runtime.embedder import INPUTS as EMBED_INPUTS
 from hotpath.runtime.lifetime import exit_with_server
 from hotpath.runtime.parameters import RetrievalParameters
+from hotpath.runtime.retrieval.open import data_dir_of, open_store
+from hotpath.runtime.retrieval.requests import Limits, parse_request
+from hotpath.runtime.retrieval.store import write_all
+from hotpath.runtime.settings import work_folder
 from hotpath.runtime.tenancy import TenancyError, collection_of, tenant_of
 from hotpath.runtime.text import encode
 from hotpath.runtime.timing import ExecuteLog, timed
@@ -59,7 +59,7 @@ class TritonPythonModel:
         folder = version_dir(args)
         self.embedder = Embedder(folder, params)   # text_embedding's vectors, built the same way
         self.limits = Limits.from_params(params)
-        self.store = open_store(params, data_dir_of(params, args["model_name"], paths.work_dir()),
+        self.store = open_store(params, data_dir_of(params, args["model_name"], work_folder()),
                                 base_dir=folder / EXPORT_DIR)
         self.usage = Usage(pb_utils, args["model_name"], ("documents_written", "embedding_tokens"))
 

@@ -208,7 +208,7 @@ class TritonPythonModel:
         self.max_model_len = ready["max_model_len"]
         # `load` (this stub's pid) keeps each load's metrics apart: Triton shares one prometheus child
         # between same-named families with equal labels, and an old version's unload during a reload
-        # would free the new one's (a heap corruption of tritonserver, seen with hotpath.perf.measure.reconfigure).
+        # would free the new one's (a heap corruption of tritonserver, seen with hotpath.sweeps.measure.reconfigure).
         self.metrics = EngineMetrics(pb_utils, {"model": args["model_name"], "version": str(args["model_version"]),
                                                 "load": str(os.getpid())}, ready["kv_capacity_tokens"])
         self.stopping = threading.Event()

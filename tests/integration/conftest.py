@@ -7,8 +7,8 @@ alone, started on first use), with the test settings of GENERATION_TEST_PARAMETE
 
 import pytest
 
+from hotpath.server.local_triton import LocalTriton
 from hotpath.server.ports import ServerPorts, free_ports
-from hotpath.server.process import LocalTriton
 from hotpath.server.subset import linked
 
 GENERATION = "text_generation"
@@ -20,7 +20,7 @@ GENERATION_TEST_PARAMETERS = {"dtype": "float32", "kv_cache_mib": "64", "max_mod
 
 def generation_repository(target, built, **parameters):
     """`target` holding text_generation with its built files and its config's parameters overridden."""
-    from hotpath.config_pbtxt import parse_pbtxt, to_pbtxt
+    from hotpath.specs.config_pbtxt import parse_pbtxt, to_pbtxt
 
     model = target / GENERATION
     model.mkdir(parents=True)

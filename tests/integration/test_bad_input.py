@@ -21,7 +21,7 @@ from tritonclient.utils import InferenceServerException
 
 from hotpath.client import ClassificationClient, EmbeddingClient, InvalidInputError
 from hotpath.paths import model_specs_dir
-from hotpath.spec import load_spec
+from hotpath.specs.spec import load_spec
 from tests.bad_requests import all_cases, good_request
 from tests.imagegen import bad_inputs, encode, photo
 
@@ -98,7 +98,7 @@ def test_bad_input_is_invalid_argument_with_a_clear_message(triton, endpoint, ca
 @pytest.mark.parametrize("endpoint", ["text_embedding", "text_embedding_exact"])
 def test_a_repeated_bad_text_is_refused_again(triton, endpoint, protocol):
     # tritonserver caches a single model's errors and replays them as empty successes; only ensembles
-    # carry the cache (hotpath.config_pbtxt refuses it elsewhere), and the ensemble scheduler caches successes only.
+    # carry the cache (hotpath.specs.config_pbtxt refuses it elsewhere), and the ensemble scheduler caches successes only.
     module, url = (grpcclient, triton.grpc_url) if protocol == "grpc" else (httpclient, triton.http_url)
     data = np.array([[f"repeated {uuid.uuid4()} \xff".encode("latin-1")]], dtype=object)
     for _ in range(3):

@@ -182,8 +182,8 @@ def test_the_container_exits_when_tritonserver_dies(served):
 
 
 def test_tuned_values_from_other_hardware_are_foreign_and_this_hosts_apply(tmp_path):
-    from hotpath.hardware_key import HardwareKey
-    from hotpath.tuned_values import TunedValues
+    from hotpath.tuning.hardware_key import HardwareKey
+    from hotpath.tuning.tuned_values import TunedValues
 
     repo, cache = planrepo.make_repository(tmp_path), tmp_path / "cache"
     cache.mkdir()

@@ -1,7 +1,7 @@
 """The tenant gateway (NGINX, hotpath.gateway) in front of a real tritonserver on loopback, gRPC and HTTP:
 tokens, per-tenant rate limits, the body limit, and admission control at about twice capacity. No timing
 bound (the host is shared): latencies are compared within one run, on NGINX's own clock where possible;
-the latency figures at 1x and 2x capacity come from perf/studies/overload_gateway.py."""
+the latency figures at 1x and 2x capacity come from perf/lab/studies/overload_gateway.py."""
 
 import json
 import os
@@ -37,12 +37,12 @@ from hotpath.gateway.config import (
     TenantGatewaySettings,
 )
 from hotpath.gateway.limits import admission_cap, max_body_bytes, stream_cap
-from hotpath.gateway.process import TenantGateway
+from hotpath.gateway.tenant_gateway import TenantGateway
 from hotpath.gateway.tenants import load_tenants, new_token
-from hotpath.perf.measure.open_loop import run_open_loop
 from hotpath.server.admin import admin_headers
 from hotpath.server.ports import free_ports
-from hotpath.slo import load_slos
+from hotpath.sweeps.measure.open_loop import run_open_loop
+from hotpath.tuning.slo import load_slos
 
 MODEL = "text_embedding"
 TOKENS = {"alpha": new_token(), "beta": new_token(), "gamma": new_token(), "delta": new_token()}

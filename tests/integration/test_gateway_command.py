@@ -22,7 +22,7 @@ import tritonclient.http as httpclient
 from hotpath import settings
 from hotpath.client import EmbeddingClient, UnauthenticatedError
 from hotpath.gateway.tenants import new_token
-from hotpath.openai_api.process import OpenAIServer
+from hotpath.openai_api.openai_server import OpenAIServer
 from hotpath.server.ports import free_ports
 from hotpath.server.subset import linked
 

@@ -22,8 +22,8 @@ from tritonclient.utils import InferenceServerException
 from hotpath.client import RetrievalClient, text_input
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.front_door import CHARGE_SOCKET
-from hotpath.gateway.process import TenantGateway
 from hotpath.gateway.streams import Charger
+from hotpath.gateway.tenant_gateway import TenantGateway
 from hotpath.gateway.tenants import new_token, parse_tenants
 from hotpath.server.ports import free_ports
 from hotpath.shared_state.cache_key import HIT_HEADER, STORE_VERSION_PREFIX, cache_key, repository_build

@@ -21,10 +21,10 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from hotpath.client import ClientError, Generation, GenerationClient, ServerUnavailableError, client_error, text_input
-from hotpath.perf.measure.reconfigure import load_config, served_config
 from hotpath.server.admin import admin_headers
+from hotpath.server.local_triton import LocalTriton
 from hotpath.server.ports import ServerPorts, free_ports
-from hotpath.server.process import LocalTriton
+from hotpath.sweeps.measure.reconfigure import load_config, served_config
 
 SINGLE, ENSEMBLE = "text_embedding", "text_embedding_exact"   # one step, two steps
 STEP = "sentence_embedder"   # SINGLE's one step

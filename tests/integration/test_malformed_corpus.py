@@ -40,9 +40,9 @@ from tests import malformed
 from tests.malformed import NUMPY, PUBLIC, Case, Clean
 
 try:   # the gateway with its stream admission, as tests/integration/test_gateway.py runs it
-    from hotpath.gateway.process import TenantGateway as Gateway
+    from hotpath.gateway.tenant_gateway import TenantGateway as Gateway
 except ImportError:   # before the stream admission
-    from hotpath.nginx.process import LocalNginx as Gateway
+    from hotpath.nginx.local_nginx import LocalNginx as Gateway
 REPORT = Path(os.environ.get("HOTPATH_CORPUS_REPORT", "/tmp/corpus-failures.md"))
 TOKEN = new_token()
 INFER = "/inference.GRPCInferenceService/ModelInfer"

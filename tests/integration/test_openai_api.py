@@ -28,12 +28,12 @@ from hotpath.exporters.parity_corpus import multilingual_corpus
 from hotpath.exporters.sentence_encoder import minilm_dir
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.openai_door import openai_config
-from hotpath.gateway.process import TenantGateway
+from hotpath.gateway.tenant_gateway import TenantGateway
 from hotpath.gateway.tenants import Tenant, new_token
-from hotpath.openai_api.process import OpenAIServer
+from hotpath.openai_api.openai_server import OpenAIServer
 from hotpath.openai_api.schemas import MAX_EMBEDDING_INPUTS
-from hotpath.repository import Repository
 from hotpath.server.ports import free_ports
+from hotpath.specs.repository import Repository
 
 MODEL = "text_embedding"
 ALIAS = "all-minilm-l6-v2"
@@ -366,7 +366,7 @@ def test_api_never_outlives_its_parent(triton):
     port = free_ports(1)[0]
     parent = subprocess.Popen([sys.executable, "-c", (
         "import sys, time\n"
-        "from hotpath.openai_api.process import OpenAIServer\n"
+        "from hotpath.openai_api.openai_server import OpenAIServer\n"
         f"api = OpenAIServer({triton.grpc_url!r}, {port}, {str(triton.repository)!r}).start()\n"
         "print(api.process.pid, flush=True)\n"
         "time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from hotpath.openai_api.answer_cache import DEFAULT_SEMANTIC_THRESHOLD
-from hotpath.openai_api.process import OpenAIServer
+from hotpath.openai_api.openai_server import OpenAIServer
 from hotpath.server.ports import free_ports
 from hotpath.shared_state.cache_key import HIT_HEADER, NAMESPACE_HEADER
 from hotpath.shared_state.server import LocalRedis

@@ -25,9 +25,9 @@ from transformers import AutoTokenizer
 from hotpath.exporters.parity_corpus import multilingual_corpus
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.openai_door import openai_config
-from hotpath.gateway.process import TenantGateway
+from hotpath.gateway.tenant_gateway import TenantGateway
 from hotpath.gateway.tenants import Scopes, Tenant, new_token
-from hotpath.openai_api.process import OpenAIServer
+from hotpath.openai_api.openai_server import OpenAIServer
 from hotpath.server.ports import free_ports
 
 GEN = "text_generation"

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from hotpath.openai_api.connections import MAX_HEAD_BYTES
-from hotpath.openai_api.process import OpenAIServer
+from hotpath.openai_api.openai_server import OpenAIServer
 from hotpath.server.ports import free_ports
 from tests.slow_clients import HalfSent, hold
 

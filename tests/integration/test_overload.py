@@ -18,7 +18,7 @@ from PIL import Image
 
 from hotpath.client import text_input
 from hotpath.paths import model_specs_dir
-from hotpath.spec import load_spec
+from hotpath.specs.spec import load_spec
 from tests.imagegen import encode, photo
 
 

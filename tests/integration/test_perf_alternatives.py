@@ -5,12 +5,12 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from hotpath.client import ClassificationClient, EmbeddingClient
-from hotpath.perf.measure import perf_analyzer as analyzer
-from hotpath.perf.measure.perf_analyzer import Measurement
-from hotpath.samples import jpeg_photo, payload_for
-from perf.compare.alternatives import launch
-from perf.compare.rivals import rivals_for
-from perf.compare.side_by_side import configured_models
+from hotpath.exporters.samples import jpeg_photo, payload_for
+from hotpath.sweeps.measure import perf_analyzer as analyzer
+from hotpath.sweeps.measure.perf_analyzer import Measurement
+from perf.lab.compare.alternatives import launch
+from perf.lab.compare.rivals import rivals_for
+from perf.lab.compare.side_by_side import configured_models
 
 SHORT = Measurement(interval_ms=1000, stability_pct=100, max_trials=3)
 

@@ -1,8 +1,8 @@
 """One short real sweep point through the whole perf pipeline (perf_analyzer + statistics)."""
 
-from hotpath.perf.measure.perf_analyzer import Measurement
-from hotpath.perf.measure.point import measure
-from hotpath.perf.measure.response_cache import texts_payload, unique_texts
+from hotpath.sweeps.measure.perf_analyzer import Measurement
+from hotpath.sweeps.measure.point import measure
+from hotpath.sweeps.measure.response_cache import texts_payload, unique_texts
 
 
 def test_one_real_sweep_point(grpc_url):

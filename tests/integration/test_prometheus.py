@@ -12,17 +12,17 @@ import yaml
 
 from hotpath import paths
 from hotpath.client import ClassificationClient, ClientError, EmbeddingClient, GenerationClient, RetrievalClient
+from hotpath.exporters.samples import jpeg_photo
 from hotpath.monitoring.dashboard import GPU_METRICS, expressions
 from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.monitoring.generation import generation_dashboard, streaming_alerts
 from hotpath.monitoring.local import LocalPrometheus
 from hotpath.monitoring.rules import all_alerts, recording_rules
 from hotpath.repository_build import build_repository
-from hotpath.samples import jpeg_photo
+from hotpath.server.local_triton import LocalTriton
 from hotpath.server.ports import ServerPorts, free_ports
-from hotpath.server.process import LocalTriton
 from hotpath.server.subset import linked
-from hotpath.slo import load_streaming_slos
+from hotpath.tuning.slo import load_streaming_slos
 
 PROFILE = "cpu"
 LOAD_SECONDS = 10.0

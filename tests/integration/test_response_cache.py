@@ -5,7 +5,7 @@ import uuid
 import numpy as np
 
 from hotpath.client import EmbeddingClient
-from hotpath.perf.measure.server_stats import snapshot
+from hotpath.sweeps.measure.server_stats import snapshot
 
 
 def test_repeated_text_is_a_cache_hit_with_the_same_answer(grpc_url):

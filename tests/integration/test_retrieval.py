@@ -16,12 +16,12 @@ from hotpath.cli import main as cli_main
 from hotpath.client import EmbeddingClient, InvalidInputError, RetrievalClient
 from hotpath.health.probe import probe
 from hotpath.paths import model_repository
-from hotpath.repository import Repository
+from hotpath.server.local_triton import LocalTriton
 from hotpath.server.ports import ServerPorts, free_ports
-from hotpath.server.process import LocalTriton
 from hotpath.server.stubs import stub_pids
 from hotpath.server.subset import linked
 from hotpath.server.watchdog import Watchdog
+from hotpath.specs.repository import Repository
 
 MODELS = ("retrieval", "text_embedding", "sentence_embedder")
 # A query about what a well-known package does -> that package, among the built corpus' top 10.

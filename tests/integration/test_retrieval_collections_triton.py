@@ -20,7 +20,7 @@ from tritonclient.utils import InferenceServerException
 
 from hotpath.cli import main as cli_main
 from hotpath.retrieval.pg_variant import VARIANT, build_dir, pgvector_repository
-from hotpath.retrieval.pgvector_store import PgVectorStore
+from hotpath.runtime.retrieval.pgvector_store import PgVectorStore
 from tests.integration import test_retrieval as endpoint_tests
 
 TABLE = "retrieval_collections"

@@ -15,7 +15,7 @@ import pytest
 
 from hotpath.client import RetrievalClient, ServerUnavailableError
 from hotpath.retrieval.pg_variant import SOURCE, build_dir, pgvector_repository
-from hotpath.retrieval.pgvector_store import PgVectorStore
+from hotpath.runtime.retrieval.pgvector_store import PgVectorStore
 from tests.integration import test_retrieval as endpoint_tests
 from tests.integration.test_retrieval import (  # noqa: F401  (collected here too, on pgvector)
     test_bad_input_fails_alone_in_a_batch,

@@ -7,11 +7,11 @@ what, and about order on NGINX's own clock."""
 import pytest
 
 from hotpath.monitoring.endpoints import load_endpoints
-from hotpath.nginx.process import LocalNginx
+from hotpath.nginx.local_nginx import LocalNginx
 from hotpath.repository_build import build_repository
 from hotpath.scaleout.replicas import LocalReplicas
 from hotpath.server.subset import linked
-from perf.studies import failover_load as failover
+from perf.lab.studies import failover_load as failover
 
 NGINX_CLOCK_SLACK_S = 0.05   # NGINX caches its clock per event-loop turn
 

@@ -8,10 +8,10 @@ host makes windows noisy): the 5-minute version, `python -m perf study soak`, re
 
 import pytest
 
-from hotpath.samples import jpeg_photo
+from hotpath.exporters.samples import jpeg_photo
+from hotpath.server.local_triton import LocalTriton
 from hotpath.server.ports import ServerPorts, free_ports
-from hotpath.server.process import LocalTriton
-from perf.studies.soak import run_soak, unique_jpeg
+from perf.lab.studies.soak import run_soak, unique_jpeg
 
 pytestmark = pytest.mark.slow   # minutes of load: `pytest -m 'not slow'` leaves it out
 

@@ -16,11 +16,11 @@ import pytest
 
 from hotpath.health.__main__ import main as health_main
 from hotpath.health.probe import endpoint_configs, probe
-from hotpath.repository import Repository
+from hotpath.server.local_triton import LocalTriton
 from hotpath.server.ports import ServerPorts, free_ports
-from hotpath.server.process import LocalTriton
 from hotpath.server.stubs import stub_census, stub_pids
 from hotpath.server.watchdog import Watchdog
+from hotpath.specs.repository import Repository
 
 # Which endpoint's requests go through each model with a Python stub (on this server the ONNX models
 # run in the Python ORT runner, so they have stubs too).

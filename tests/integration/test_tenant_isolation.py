@@ -27,15 +27,15 @@ from hotpath.client import RetrievalClient, text_input
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.front_door import public_models
 from hotpath.gateway.openai_door import openai_config
-from hotpath.gateway.process import TenantGateway
+from hotpath.gateway.tenant_gateway import TenantGateway
 from hotpath.gateway.tenants import new_token, parse_tenants
-from hotpath.openai_api.process import OpenAIServer
-from hotpath.repository import Repository
+from hotpath.openai_api.openai_server import OpenAIServer
 from hotpath.runtime.tenancy import COLLECTION_HEADER, TENANT_HEADER
 from hotpath.server.ports import free_ports
 from hotpath.server.subset import linked
 from hotpath.shared_state.cache_key import HIT_HEADER, NAMESPACE_HEADER, STORE_VERSION_PREFIX, repository_build
 from hotpath.shared_state.server import LocalRedis
+from hotpath.specs.repository import Repository
 
 EMBED, STORE, ECHO, ECHO_STREAM = "text_embedding", "retrieval", "tenant_echo", "tenant_echo_stream"
 

@@ -1,5 +1,5 @@
 """`hotpath serve --trace-otlp`: Triton's OpenTelemetry mode sends one request's spans to a receiver on
-loopback; the span tree covers the frontend, the ensemble and every step, and hotpath.perf.explain.trace's
+loopback; the span tree covers the frontend, the ensemble and every step, and hotpath.sweeps.explain.trace's
 per-step breakdown reads it."""
 
 import signal
@@ -12,12 +12,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from hotpath.monitoring.endpoints import load_endpoints
-from hotpath.perf.explain.otlp import spans, to_fragments
-from hotpath.perf.explain.trace import parse_fragments, request_segments
 from hotpath.repository_build import build_repository
 from hotpath.server.ports import free_ports
 from hotpath.server.subset import linked
-from perf.studies.cold_start import send_sample
+from hotpath.sweeps.explain.otlp import spans, to_fragments
+from hotpath.sweeps.explain.trace import parse_fragments, request_segments
+from perf.lab.studies.cold_start import send_sample
 from tests.otlp_receiver import OtlpReceiver
 
 # The first endpoint of perf/slo.toml that is an ensemble of several steps (shapes from the repository).

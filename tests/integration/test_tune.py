@@ -5,13 +5,13 @@ import json
 import pytest
 import tritonclient.grpc as grpcclient
 
-from hotpath.knobs import read_knobs
-from hotpath.perf.measure.perf_analyzer import Measurement
-from hotpath.perf.measure.reconfigure import served_config
-from hotpath.perf.tune.run import run_tune
+from hotpath.server.local_triton import LocalTriton
 from hotpath.server.ports import ServerPorts, free_ports
-from hotpath.server.process import LocalTriton
-from hotpath.slo import load_slos
+from hotpath.sweeps.measure.perf_analyzer import Measurement
+from hotpath.sweeps.measure.reconfigure import served_config
+from hotpath.sweeps.tune.run import run_tune
+from hotpath.tuning.knobs import read_knobs
+from hotpath.tuning.slo import load_slos
 
 pytestmark = pytest.mark.slow   # minutes of load: `pytest -m 'not slow'` leaves it out
 
@@ -56,11 +56,11 @@ def test_a_short_tuning_run(explicit_url, tmp_path):
 
 def test_quick_tune_keeps_its_result_per_host_and_never_touches_the_specs(explicit_url, tmp_path):
     from hotpath import paths
-    from hotpath.hardware_key import HardwareKey
-    from hotpath.knobs import read_knobs as knobs_of
-    from hotpath.perf.tune.quick import run_quick
-    from hotpath.repository import read_config
-    from hotpath.tuned_values import judge, load
+    from hotpath.specs.repository import read_config
+    from hotpath.sweeps.tune.quick import run_quick
+    from hotpath.tuning.hardware_key import HardwareKey
+    from hotpath.tuning.knobs import read_knobs as knobs_of
+    from hotpath.tuning.tuned_values import judge, load
 
     slo = load_slos("cpu")["text_embedding"]
     specs = {p.name: p.read_text() for p in paths.model_specs_dir().glob("*.toml")}

@@ -28,19 +28,19 @@ import tritonclient.grpc as grpcclient
 
 from hotpath import paths
 from hotpath.client import text_input
+from hotpath.exporters.samples import jpeg_photo
 from hotpath.gateway import openai_door
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.front_door import lua_call
-from hotpath.gateway.process import TenantGateway
+from hotpath.gateway.tenant_gateway import TenantGateway
 from hotpath.gateway.tenants import new_token, parse_tenants
 from hotpath.monitoring.local import LocalPrometheus
+from hotpath.monitoring.usage_report import from_prometheus, scrape
 from hotpath.nginx.directives import d
 from hotpath.openai_api.generation import OUTPUT_TOKENS_HEADER, output_tokens_comment
 from hotpath.runtime.text import load_tokenizer
-from hotpath.samples import jpeg_photo
 from hotpath.server.ports import free_ports
 from hotpath.shared_state.server import LocalRedis
-from hotpath.usage_report import from_prometheus, scrape
 
 # ----------------------------------------------------------------------------------------------- the models
 
@@ -50,8 +50,8 @@ TENANTS_SEEN = ("meter-acme", "meter-beta")
 
 def _tokens(texts: list[str]) -> int:
     """The tokens text_embedding_exact's tokenizer makes of `texts` (its config's tokenizer file and length)."""
-    from hotpath.repository import read_config
     from hotpath.runtime.backend_args import parameters
+    from hotpath.specs.repository import read_config
     from tests.pb_stand_in import initialize_args
 
     root = paths.model_repository() / "tokenizer"
@@ -370,7 +370,7 @@ def _post(base_url, path, body, headers):
 
 
 def test_the_openai_api_passes_the_tenant_on_and_tells_the_gateway_what_was_generated(triton, generation_triton):
-    from hotpath.openai_api.process import OpenAIServer
+    from hotpath.openai_api.openai_server import OpenAIServer
 
     tenancy = {"x-hotpath-tenant": "oai", "x-hotpath-collection": "oai"}   # as the gateway sets them
     with OpenAIServer(triton.grpc_url, free_ports(1)[0], triton.repository) as api:

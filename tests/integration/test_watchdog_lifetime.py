@@ -22,14 +22,14 @@ import pytest
 from hotpath.errors import ServerError
 from hotpath.health.probe import endpoint_configs, probe
 from hotpath.paths import model_repository
-from hotpath.repository import Repository
 from hotpath.repository_build import build_repository
 from hotpath.runtime.lifetime import WATCHER_NAME
+from hotpath.server.local_triton import LocalTriton
 from hotpath.server.ports import ServerPorts, free_ports
-from hotpath.server.process import LocalTriton
 from hotpath.server.stubs import STUB_BINARY, stub_pids
 from hotpath.server.subset import linked
 from hotpath.server.watchdog import Watchdog
+from hotpath.specs.repository import Repository
 
 HANG_ECHO = Path(__file__).parent / "models" / "hang_echo"
 # Every model with a Python stub on this server (the ONNX ones run in the Python ORT runner).

@@ -8,12 +8,12 @@ import onnxruntime as ort
 import pytest
 
 from hotpath.exporters.sentence_encoder import minilm_tokenizer, tokenizer_recipe
-from hotpath.repository import read_config
-from hotpath.retrieval.open import open_store
 from hotpath.runtime.backend_args import parameters
 from hotpath.runtime.embedder import EXPORT_DIR, Embedder
 from hotpath.runtime.parameters import RetrievalParameters
+from hotpath.runtime.retrieval.open import open_store
 from hotpath.runtime.text import encode
+from hotpath.specs.repository import read_config
 from tests.pb_stand_in import InferenceRequest as Request
 from tests.pb_stand_in import TritonError, bytes_column, error_of, initialize_args, load_adapter, outputs
 

@@ -7,13 +7,14 @@ import os
 import subprocess
 import sys
 
-from hotpath import paths, tuned_values
-from hotpath.hardware_key import HardwareKey
-from hotpath.repository import read_config
+from hotpath import paths
 from hotpath.server.staging import stage_repository
 from hotpath.server.tracing import OtlpTracing
-from hotpath.tuned_values import TunedValues
-from perf.studies.cold_start import without_warmup
+from hotpath.specs.repository import read_config
+from hotpath.tuning import tuned_values
+from hotpath.tuning.hardware_key import HardwareKey
+from hotpath.tuning.tuned_values import TunedValues
+from perf.lab.studies.cold_start import without_warmup
 
 
 def _entrypoint_args(repository, tmp_path, env: dict) -> list[str]:

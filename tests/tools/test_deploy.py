@@ -11,7 +11,7 @@ from hotpath import paths
 from hotpath.monitoring.adapter import METRIC
 from hotpath.monitoring.endpoints import load_endpoints
 from hotpath.monitoring.rules import queue_budget_ms
-from hotpath.repository import Repository
+from hotpath.specs.repository import Repository
 from tests.manifests import DEPLOY, OVERLAYS, by_kind, kustomize, named, pod_templates, selects
 
 KUBERNETES_VERSION = "1.31.0"   # the oldest release whose API has every field deploy/ uses (preStop sleep)

@@ -47,10 +47,10 @@ def test_compose_file_is_valid_yaml():
 NOT_IN_THE_IMAGE = ("torch", "transformers", "sentence_transformers", "accelerate", "crossplane", "redis",
                     "starlette", "uvicorn", "fastapi", "matplotlib", "pytriton", "tritonclient.http", "perf")
 # What the container runs: docker/entrypoint.sh's commands, the HEALTHCHECK, and what the Python backends import.
-IMAGE_MODULES = ["hotpath.tensorrt.startup", "hotpath.preflight", "hotpath.health.__main__", "hotpath.server.supervise",
-                 "hotpath.server.command", "hotpath.start_tune", "hotpath.tuned_values",
+IMAGE_MODULES = ["hotpath.tensorrt.startup", "hotpath.specs.preflight", "hotpath.health.__main__", "hotpath.server.supervise",
+                 "hotpath.server.command", "hotpath.tuning.start_tune", "hotpath.tuning.tuned_values",
                  # the retrieval model's store (faiss itself is imported when a store opens)
-                 "hotpath.retrieval.open", "hotpath.retrieval.hnsw_store", "hotpath.retrieval.requests"]
+                 "hotpath.runtime.retrieval.open", "hotpath.runtime.retrieval.hnsw_store", "hotpath.runtime.retrieval.requests"]
 
 
 def _copied() -> list[str]:
@@ -104,7 +104,7 @@ def test_the_build_context_holds_what_the_dockerfiles_copy():
 def test_healthcheck_probes_every_endpoint_within_its_timeout():
     """The HEALTHCHECK is the liveness probe (a dead stub keeps /v2/health/ready at 200); its endpoints
     are probed one after another, so their budgets must fit Docker's timeout."""
-    from hotpath.repository import Repository
+    from hotpath.specs.repository import Repository
 
     text = DOCKERFILE.read_text()
     (options, command), = re.findall(r"^HEALTHCHECK (.*?)\s*\\?\n\s*CMD (\[.*\])$", text, re.M)

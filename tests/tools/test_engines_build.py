@@ -27,7 +27,7 @@ def test_build_without_tensorrt_says_so_in_one_line_and_builds_onnx():
 
 
 def test_check_lists_every_missing_plan_and_fails(built_repository):
-    run = _hotpath("engines", "--check", "--model", "text_encoder", "--tensorrt", "10.5.0")
+    run = _hotpath("build", "--check", "--model", "text_encoder", "--tensorrt", "10.5.0")
     assert run.returncode == 1, run.stdout + run.stderr
     recipe = read_recipe(built_repository / "text_encoder")
     for cc in recipe.compute_capabilities:
@@ -37,7 +37,7 @@ def test_check_lists_every_missing_plan_and_fails(built_repository):
 
 def test_text_generation_build_gates_the_served_precision_in_one_line(built_repository):
     from hotpath.exporters.smollm2 import served_dtype
-    from hotpath.spec import load_spec
+    from hotpath.specs.spec import load_spec
 
     run = _hotpath("build", "--model", "text_generation")
     assert run.returncode == 0, run.stdout + run.stderr

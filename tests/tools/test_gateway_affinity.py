@@ -21,11 +21,11 @@ from hotpath.errors import HotpathError
 from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.front_door import CONFIG_FILE, cjson_cpath, module_paths
 from hotpath.gateway.openai_door import AFFINITY_FACTOR, UPSTREAM
-from hotpath.gateway.process import TenantGateway
+from hotpath.gateway.tenant_gateway import TenantGateway
 from hotpath.gateway.tenants import new_token, parse_tenants
 from hotpath.nginx.access_log import LOG_FIELDS
 from hotpath.nginx.directives import d, main_context, render
-from hotpath.nginx.process import LocalNginx
+from hotpath.nginx.local_nginx import LocalNginx
 from hotpath.server.ports import free_ports
 
 AFFINITY_LUA = Path(__file__).resolve().parents[2] / "hotpath" / "gateway" / "affinity.lua"

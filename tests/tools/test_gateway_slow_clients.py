@@ -19,7 +19,7 @@ from hotpath.gateway import client_bounds
 from hotpath.gateway.config import GRPC_INFER, GRPC_STREAM, HTTP_STREAM, UNREACHABLE, TenantGatewaySettings
 from hotpath.gateway.front_door import PublicModel
 from hotpath.gateway.tenants import Tenant, new_token
-from hotpath.nginx.process import LocalNginx
+from hotpath.nginx.local_nginx import LocalNginx
 from hotpath.server.ports import free_ports
 from tests.slow_clients import HalfSent, hold
 

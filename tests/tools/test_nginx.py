@@ -10,10 +10,10 @@ import grpc
 import pytest
 
 from hotpath.errors import HotpathError
-from hotpath.nginx import process as nginx_process
+from hotpath.nginx import local_nginx as nginx_process
 from hotpath.nginx.access_log import LOG_FIELDS, log_format, parse_access_log
 from hotpath.nginx.directives import TEMP_KINDS, render
-from hotpath.nginx.process import LocalNginx
+from hotpath.nginx.local_nginx import LocalNginx
 from hotpath.scaleout.balancer import GATEWAY_MESSAGE, ReplicaBalancer
 from hotpath.server.ports import free_ports
 

@@ -10,7 +10,7 @@ import pytest
 
 from hotpath.errors import HotpathError
 from hotpath.retrieval.pgserver_local import LocalPostgres
-from hotpath.retrieval.pgvector_store import DSN_ENV, PgVectorStore, StoreUnavailableError
+from hotpath.runtime.retrieval.pgvector_store import DSN_ENV, PgVectorStore, StoreUnavailableError
 
 DIM = 16
 
@@ -214,9 +214,9 @@ def test_write_applies_ops_in_order_and_reports_what_existed(pg, table):
 
 
 def test_seeded_once_from_the_build_output_with_its_vectors(pg, table, tmp_path):
-    from hotpath.retrieval.build import write_base
-    from hotpath.retrieval.corpus import Document
-    from hotpath.retrieval.pgvector_seed import build_arrays
+    from hotpath.exporters.retrieval_build import write_base
+    from hotpath.exporters.retrieval_corpus import Document
+    from hotpath.runtime.retrieval.pgvector_seed import build_arrays
 
     ids, vectors, docs = corpus(64, seed=12)
     write_base(tmp_path, [Document(i, d) for i, d in zip(ids, docs)], vectors, m=8, ef_construction=32, ef_search=64)

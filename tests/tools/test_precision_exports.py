@@ -12,7 +12,7 @@ from hotpath import paths
 from hotpath.errors import BuildError
 from hotpath.exporters import quantize
 from hotpath.exporters.image_classifier import ImageClassifierExporter, gate_classifier
-from hotpath.spec import load_spec, spec_from_dict
+from hotpath.specs.spec import load_spec, spec_from_dict
 
 CLASSIFIER = load_spec(paths.model_specs_dir() / "image_classifier.toml")
 OUTPUTS = ["SCORES", "CLASS_IDS"]

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from hotpath.repository import read_config
+from hotpath.specs.repository import read_config
 from tests.pb_stand_in import (
     InferenceRequest,
     MetricFamily,

@@ -47,10 +47,10 @@ from hotpath.gateway.limits import BODY_OVERHEAD_BYTES, admission_cap, little_ca
 from hotpath.gateway.tenants import Tenant, load_tenants, new_token, parse_tenants
 from hotpath.nginx.access_log import parse_access_log
 from hotpath.nginx.directives import TEMP_KINDS, render
-from hotpath.nginx.process import LocalNginx
-from hotpath.repository import Repository
+from hotpath.nginx.local_nginx import LocalNginx
 from hotpath.server.ports import free_ports
 from hotpath.shutdown import stop_process
+from hotpath.specs.repository import Repository
 
 TOKENS = [new_token() for _ in range(3)]
 TENANTS = (Tenant("alpha", TOKENS[0], 500, 100), Tenant("beta", TOKENS[1], 2, 3), Tenant("gamma", TOKENS[2], 500, 100))

@@ -27,8 +27,8 @@ from hotpath.gateway.front_door import (
     callable_names,
     scope_warnings,
 )
-from hotpath.gateway.process import TenantGateway
 from hotpath.gateway.streams import Charger
+from hotpath.gateway.tenant_gateway import TenantGateway
 from hotpath.gateway.tenants import Scopes, Tenant, new_token, parse_tenants
 from hotpath.runtime.tenancy import COLLECTION_HEADER, RESERVED, TENANT_HEADER
 from hotpath.server.ports import free_ports

@@ -8,7 +8,7 @@ import zipfile
 
 from hotpath import paths
 
-# The lab's rival servers and tools (perf/compare/alternatives/): no module of the wheel has one of these names.
+# The lab's rival servers and tools (perf/lab/compare/alternatives/): no module of the wheel has one of these names.
 RIVALS = {"fastapi_app", "pytriton_app", "infinity_emb", "llama_cpp", "model_analyzer", "generation_fastapi",
           "side_by_side", "rivals"}
 
@@ -33,7 +33,7 @@ def test_the_wheel_holds_the_product_and_no_lab(tmp_path):
     assert {n.split("/")[0] for n in names} == {"hotpath", wheel.name.split("-py")[0] + ".dist-info"}, \
         "only the hotpath package (the lab's perf/ is not installed)"
     assert not [n for n in modules if {"compare", "studies"} & set(n.split("/")) or n.split("/")[-1][:-3] in RIVALS]
-    for product in ("hotpath/cli.py", "hotpath/perf/gate.py", "hotpath/perf/measure/floor.py",
-                    "hotpath/perf/tune/run.py", "hotpath/perf/explain/breakdown.py", "hotpath/server/serve.py",
+    for product in ("hotpath/cli.py", "hotpath/sweeps/gate.py", "hotpath/sweeps/measure/floor.py",
+                    "hotpath/sweeps/tune/run.py", "hotpath/sweeps/explain/breakdown.py", "hotpath/stack/serve.py",
                     "hotpath/runtime/embedder.py", "hotpath/tensorrt/startup.py", "hotpath/health/__main__.py"):
         assert product in names, product

@@ -17,10 +17,10 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath import paths
 from hotpath.exporters.sentence_encoder import minilm_dir
-from hotpath.repository import read_config
 from hotpath.runtime.backend_args import parameters
 from hotpath.runtime.images import PreprocessOptions, preprocess_request
 from hotpath.runtime.text import encode, load_tokenizer
+from hotpath.specs.repository import read_config
 from tests.pb_stand_in import InferenceRequest as Request
 from tests.pb_stand_in import (
     TritonError,

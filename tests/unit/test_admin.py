@@ -126,7 +126,7 @@ def test_server_flags_restrict_every_admin_api_on_both_protocols(monkeypatch):
 
 def test_perf_analyzer_failures_name_the_command_without_the_admin_key(monkeypatch):
     """subprocess's TimeoutExpired and CalledProcessError print the whole command, `-H name:key` included."""
-    from hotpath.perf.measure.perf_analyzer import run_perf_analyzer
+    from hotpath.sweeps.measure.perf_analyzer import run_perf_analyzer
 
     monkeypatch.setenv(admin.ENV, "s3cret-k3y")
     flags = admin.perf_analyzer_flags()

@@ -1,6 +1,6 @@
 """Cold-start helpers: Triton log load spans and the no-warmup repository variant."""
 
-from perf.studies.cold_start import load_spans
+from perf.lab.studies.cold_start import load_spans
 
 LOG = '''I1130 06:40:58.044659 25267 model_lifecycle.cc:472] "loading: image_classifier:1"
 I1130 06:40:58.046602 25267 model_lifecycle.cc:472] "loading: tokenizer:1"

@@ -42,7 +42,7 @@ def declared() -> dict[str, str]:
 
 def third_party_imports() -> dict[str, str]:
     """Dotted module -> the first file importing it, for every absolute import outside the stdlib, hotpath and the
-    lab; the lab's (perf/compare, perf/studies) are declared in the `perf` extra. A study may use a harness of
+    lab; the lab's (perf/lab/compare, perf/lab/studies) are declared in the `perf` extra. A study may use a harness of
     the tests' (tests/slow_clients.py): the lab runs in a checkout."""
     found = {}
     lab = [*(paths.ROOT / "perf").glob("*.py"), *(paths.ROOT / "perf" / "compare").rglob("*.py"),
@@ -81,10 +81,10 @@ def distributions_of(module: str) -> frozenset[str]:
 
 
 def study_candidates() -> dict[str, str]:
-    """Import name -> pin of the libraries studies compare and install on their own (perf.studies)."""
+    """Import name -> pin of the libraries studies compare and install on their own (perf.lab.studies)."""
     import importlib
 
-    from perf.studies import STUDIES
+    from perf.lab.studies import STUDIES
 
     out = {}
     for module, _ in STUDIES.values():

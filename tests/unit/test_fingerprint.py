@@ -1,4 +1,4 @@
-from hotpath.fingerprint import fingerprint, is_fresh, write_stamp
+from hotpath.specs.fingerprint import fingerprint, is_fresh, write_stamp
 
 
 def test_fingerprint_tracks_settings_and_file_content(tmp_path):

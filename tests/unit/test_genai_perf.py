@@ -1,4 +1,4 @@
-"""The genai-perf runner (hotpath.perf.measure.genai_perf): its stock command lines and its export parsing."""
+"""The genai-perf runner (hotpath.sweeps.measure.genai_perf): its stock command lines and its export parsing."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hotpath.errors import HotpathError
-from hotpath.perf.measure import genai_perf as gp
+from hotpath.sweeps.measure import genai_perf as gp
 
 
 def _flag(cmd: list[str], name: str) -> str:
@@ -76,7 +76,7 @@ def _row(label: str, c: int, tok_s: float, ttft_p95: float, itl_p50: float = 30.
 
 
 def test_goals_are_judged_against_llama_cpp_and_the_old_engine():
-    from perf.compare.generation import genai_goals
+    from perf.lab.compare.generation import genai_goals
 
     rows = [_row("hotpath", 8, 250.0, 400.0), _row("llama.cpp", 8, 100.0, 2000.0),
             _row("hotpath", 1, 30.0, 100.0, 25.0, 26.0), _row("llama.cpp", 1, 50.0, 90.0, 15.0, 20.0)]
@@ -90,7 +90,7 @@ def test_goals_are_judged_against_llama_cpp_and_the_old_engine():
 
 
 def test_a_section_is_replaced_in_place_and_the_rest_kept(tmp_path):
-    from perf.compare.generation import GENAI_BEGIN, GENAI_END, write_section
+    from perf.lab.compare.generation import GENAI_BEGIN, GENAI_END, write_section
 
     report = tmp_path / "r.md"
     report.write_text("# title\n\nold-vs-new section by someone else\n")

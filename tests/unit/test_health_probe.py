@@ -9,8 +9,8 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath.health.probe import ProbeError, ProbeResult, endpoint_configs, probe_inputs
 from hotpath.paths import model_repository
-from hotpath.repository import Repository
 from hotpath.server.watchdog import models_named_unhealthy
+from hotpath.specs.repository import Repository
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +78,7 @@ def test_liveness_fails_when_no_server_answers(capsys):
 
 
 def test_a_hung_endpoint_restarts_what_serves_it():
-    # The watchdog restarts a hung endpoint's steps (hotpath.repository's Endpoint.steps).
+    # The watchdog restarts a hung endpoint's steps (hotpath.specs.repository's Endpoint.steps).
     repository = Repository(model_repository())
     assert repository.endpoint("text_embedding_exact").steps == ("tokenizer", "text_encoder")
     assert repository.endpoint("text_embedding").steps == ("sentence_embedder",)

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from PIL import Image, ImageFile
 
-from hotpath.retrieval.requests import Limits, parse_request
 from hotpath.runtime.images import ImageInputError, PreprocessOptions, preprocess
 from hotpath.runtime.parameters import TextParameters
+from hotpath.runtime.retrieval.requests import Limits, parse_request
 from hotpath.runtime.text import TextInputError, decode_utf8
 from tests.imagegen import encode, photo
 

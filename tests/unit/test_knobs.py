@@ -8,9 +8,9 @@ import tomlkit
 
 from hotpath import paths
 from hotpath.errors import SpecError
-from hotpath.knobs import KNOBS, QueueDelay, apply_knobs, knob, knobs_for, read_knobs, write_knobs
-from hotpath.perf.tune.spec_writer import write_back
-from hotpath.repository import read_config
+from hotpath.specs.repository import read_config
+from hotpath.sweeps.tune.spec_writer import write_back
+from hotpath.tuning.knobs import KNOBS, QueueDelay, apply_knobs, knob, knobs_for, read_knobs, write_knobs
 
 
 def test_neighbors_are_one_rung_away_or_the_closest_rung():

@@ -1,5 +1,6 @@
-"""The package's layout rules: no import cycle between modules, the product never imports the lab (perf/),
-the wheel holds the product only, every study reachable through one runner."""
+"""The package's layout rules: no import cycle between modules, no arrow up the layers (LAYERS), the runtime
+(what Triton's Python stubs import) imports nothing outside itself, the product never imports the lab
+(perf/lab/), the wheel holds the product only, every study reachable through one runner."""
 
 import ast
 import importlib
@@ -9,7 +10,7 @@ import sys
 import tomllib
 
 from hotpath import paths
-from perf.studies import STUDIES
+from perf.lab.studies import STUDIES
 
 
 def _module_names() -> dict[str, ast.Module]:
@@ -85,17 +86,74 @@ def test_no_import_cycle_in_the_package():
     assert cycles(import_graph()) == []
 
 
-def test_the_build_and_the_gateway_do_not_import_perf():
-    graph = import_graph()
-    for module in graph:
-        if module.startswith(("hotpath.gateway", "hotpath.monitoring", "hotpath.exporters", "hotpath.server",
-                              "hotpath.runtime", "hotpath.tensorrt")):
-            assert not [t for t in graph[module] if t.startswith("hotpath.perf")], module
+# The package's layers, lowest first, in the order data flows (spec -> export -> repository -> server ->
+# front door -> client -> perf report). A module imports its own layer and those below it, never above.
+LAYERS = (
+    ("runtime",),                                              # inside Triton's stubs: stdlib, numpy, pb_utils
+    ("settings", "paths", "errors", "logs", "shutdown"),      # what every layer above reads
+    ("specs", "health"),                                       # specs, config.pbtxt, the repository as read
+    ("exporters", "tensorrt"),                                 # models exported into the repository
+    ("repository_build",),                                     # `hotpath build`
+    ("tuning",),                                               # SLOs, knobs, per-host tuned values
+    ("server", "client"),                                      # the local tritonserver; the gRPC client
+    ("retrieval", "nginx", "shared_state", "monitoring", "scaleout"),
+    ("openai_api",),                                           # the OpenAI door, in front of Triton
+    ("gateway",),                                              # the tenant gateway, in front of every door
+    ("stack", "sweeps"),                                       # `hotpath serve`; sweeps and tuning runs
+    ("cli", "__main__"),
+)
+
+
+def layer_of(module: str) -> int:
+    """The layer of `hotpath.<part>...`; a part missing from LAYERS is an error (add it where it belongs)."""
+    part = module.split(".")[1] if module.count(".") else "__init__"
+    for i, parts in enumerate(LAYERS):
+        if part in parts:
+            return i
+    raise AssertionError(f"{module}: hotpath.{part} has no layer in LAYERS")
+
+
+def upward_arrows(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(importer, imported) pairs where the imported module sits in a higher layer."""
+    return sorted((m, t) for m, ts in graph.items() if m != "hotpath" for t in ts
+                  if t != "hotpath" and layer_of(t) > layer_of(m))
+
+
+def outside_runtime(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((m, t) for m, ts in graph.items() if m.startswith("hotpath.runtime")
+                  for t in ts if not t.startswith("hotpath.runtime"))
+
+
+def test_arrow_finders_find_planted_arrows():
+    graph = {"hotpath.server.serve": {"hotpath.openai_api.openai_server", "hotpath.specs.repository"},
+             "hotpath.runtime.timing": {"hotpath.settings"}, "hotpath.specs.repository": set()}
+    assert upward_arrows(graph) == [("hotpath.runtime.timing", "hotpath.settings"),
+                                    ("hotpath.server.serve", "hotpath.openai_api.openai_server")]
+    assert outside_runtime(graph) == [("hotpath.runtime.timing", "hotpath.settings")]
+
+
+def test_no_arrow_points_up():
+    assert upward_arrows(import_graph()) == []
+
+
+def test_the_runtime_imports_nothing_outside_it():
+    """hotpath/runtime/ is what Triton's Python stubs import: it must run without the toolchain's modules."""
+    assert outside_runtime(import_graph()) == []
+
+
+def test_python_models_import_only_the_runtime():
+    """python_backends/*/model.py are copied into the repository and run by the stubs."""
+    for path in sorted((paths.ROOT / "python_backends").glob("*/model.py")):
+        tree = ast.parse(path.read_text())
+        names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        names += [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+        outside = [n for n in names if n.split(".")[0] == "hotpath" and not n.startswith("hotpath.runtime")]
+        assert outside == [], f"{path.parent.name}/model.py imports {outside}"
 
 
 def lab_references(tree: ast.Module) -> list[str]:
     """What a module names of the lab: imports of `perf` / `perf.*`, and module paths in strings
-    (importlib.import_module("perf.studies..."), uvicorn's "perf.compare...:create_app")."""
+    (importlib.import_module("perf.lab.studies..."), uvicorn's "perf.lab.compare...:create_app")."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -103,15 +161,15 @@ def lab_references(tree: ast.Module) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module and node.module.split(".")[0] == "perf":
             found.append(node.module)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                and re.fullmatch(r"perf\.(compare|studies)(\.\w+)*(:\w+)?", node.value):
+                and re.fullmatch(r"perf\.lab(\.\w+)*(:\w+)?", node.value):
             found.append(node.value)
     return found
 
 
 def test_lab_reference_finder_finds_planted_references():
-    tree = ast.parse("import perf\nfrom perf.compare import x\nimport importlib\nimportlib.import_module('perf.studies.soak')\n"
-                     "from hotpath.perf import run\nprint('perf.md')\n")
-    assert lab_references(tree) == ["perf", "perf.compare", "perf.studies.soak"]
+    tree = ast.parse("import perf\nfrom perf.lab.compare import x\nimport importlib\nimportlib.import_module('perf.lab.studies.soak')\n"
+                     "from hotpath.sweeps import run\nprint('perf.md')\n")
+    assert lab_references(tree) == ["perf", "perf.lab.compare", "perf.lab.studies.soak"]
 
 
 def test_the_product_never_imports_the_lab():
@@ -127,8 +185,8 @@ def test_the_package_list_holds_no_lab_module():
 
     found = tomllib.loads((paths.ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     packages = find_packages(str(paths.ROOT), include=found["include"])
-    assert "hotpath" in packages and "hotpath.perf.measure" in packages
-    assert not [p for p in packages if p.split(".")[0] != "hotpath" or {"compare", "studies"} & set(p.split("."))]
+    assert "hotpath" in packages and "hotpath.sweeps.measure" in packages
+    assert not [p for p in packages if p.split(".")[0] != "hotpath" or {"lab", "compare", "studies"} & set(p.split("."))]
 
 
 def test_every_study_runs_through_the_runner():
@@ -150,12 +208,3 @@ def test_study_cli_lists_and_runs_help():
     assert helped.returncode == 0 and "python -m perf study precision" in helped.stdout
     unknown = _lab("perf", "study", "nope")
     assert unknown.returncode == 1 and "no study 'nope'" in unknown.stderr
-
-
-def test_the_old_spellings_say_where_the_lab_went():
-    """`hotpath study`, `hotpath perf --compare` and `hotpath tune --vs-model-analyzer` name the lab's command."""
-    for old, new in ((["study", "soak"], "python -m perf study NAME"), (["perf", "--compare"], "python -m perf compare"),
-                     (["tune", "text_embedding", "--vs-model-analyzer"], "python -m perf tune ENDPOINT")):
-        run = _lab("hotpath", *old)
-        assert run.returncode == 2 and f"`{new}`" in run.stderr and len(run.stderr.splitlines()) == 1, run.stderr
-    assert _lab("perf", "compare", "--help").returncode == 0 and _lab("perf", "tune", "--help").returncode == 0

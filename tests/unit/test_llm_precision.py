@@ -52,7 +52,7 @@ def test_verdict_passes_only_when_no_worse_on_both():
 
 def test_corpus_is_held_out_from_the_test_prompts():
     from hotpath.exporters.smollm2 import PARITY_PROMPTS
-    from hotpath.perf.measure.streaming import PROMPTS
+    from hotpath.sweeps.measure.streaming import PROMPTS
 
     text = lp.corpus_text()
     assert len(text) > 20000

@@ -13,7 +13,7 @@ from hotpath.runtime.llm.request import (
     parse_request,
     parse_sampling,
 )
-from hotpath.runtime.llm.settings import EngineSettings, SettingsError, from_parameters
+from hotpath.runtime.llm.settings import EngineSettings, ParameterError, from_parameters
 
 
 def _arrays(**values):
@@ -81,18 +81,18 @@ def test_engine_settings():
     s = from_parameters({"dtype": "auto", "max_num_seqs": "8", "enable_prefix_caching": "false", "restart": "1",
                          "hotpath.restarted_at": "1764800000.5"})   # the watchdog's reload marker
     assert s.max_num_seqs == 8 and s.enable_prefix_caching is False and s.kv_cache_mib == EngineSettings.kv_cache_mib
-    with pytest.raises(SettingsError, match="parameters.max_batch: unknown engine setting"):
+    with pytest.raises(ParameterError, match="parameters.max_batch: unknown engine setting"):
         from_parameters({"max_batch": "16"})
-    with pytest.raises(SettingsError, match="default_max_tokens: exceeds max_tokens_limit"):
+    with pytest.raises(ParameterError, match="default_max_tokens: exceeds max_tokens_limit"):
         from_parameters({"default_max_tokens": "600"})
-    with pytest.raises(SettingsError, match="omp_threads_bind"):
+    with pytest.raises(ParameterError, match="omp_threads_bind"):
         from_parameters({"omp_threads_bind": "0-1;rm"})
 
 
 def test_engine_settings_are_validated_at_build_time():
     """text_generation's [parameters] (vLLM engine settings) fail `hotpath build`, naming the key."""
     from hotpath.exporters.smollm2 import TextGenerationExporter
-    from hotpath.spec import spec_from_dict
+    from hotpath.specs.spec import spec_from_dict
 
     def spec(**params):
         return spec_from_dict({"backend": "python", "parameters": params,

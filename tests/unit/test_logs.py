@@ -22,7 +22,7 @@ def test_progress_on_stdout_warnings_on_stderr_message_only(fresh_logging, capsy
     logs.configure()
     logs.configure()
     logging.getLogger("hotpath.repository_build").info("[build] (1/2) text_encoder [onnx]")
-    logging.getLogger("hotpath.server.serve").error("[serve] tritonserver exited (1)")
+    logging.getLogger("hotpath.stack.serve").error("[serve] tritonserver exited (1)")
     logging.getLogger("__main__").info("[gateway] gRPC 127.0.0.1:8443")   # python -m hotpath.gateway
     logging.getLogger("faiss.loader").info("Loading faiss with AVX2 support.")
     out, err = capsys.readouterr()
@@ -41,11 +41,11 @@ def test_a_stream_closed_since_the_last_record_is_never_touched(fresh_logging, m
     logs.configure()
     old = (tmp_path / "first.log").open("w")           # a real file: flushing it once closed raises
     monkeypatch.setattr("sys.stdout", old)
-    logging.getLogger("hotpath.server.process").info("[serve] first")
+    logging.getLogger("hotpath.server.local_triton").info("[serve] first")
     old.close()                                        # what pytest does with a finished test's capture
     new = (tmp_path / "second.log").open("w")
     monkeypatch.setattr("sys.stdout", new)
-    logging.getLogger("hotpath.server.process").info("[serve] second")   # raised ValueError before
+    logging.getLogger("hotpath.server.local_triton").info("[serve] second")   # raised ValueError before
     new.close()
     assert (tmp_path / "first.log").read_text() == "[serve] first\n"
     assert (tmp_path / "second.log").read_text() == "[serve] second\n"

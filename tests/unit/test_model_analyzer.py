@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from perf.compare.alternatives.model_analyzer import _descendants, _running, _stop
+from perf.lab.compare.alternatives.model_analyzer import _descendants, _running, _stop
 
 # Like Model Analyzer: it handles SIGINT itself (it checkpoints, then stops), whatever the disposition it
 # inherited (a CI job started in the background ignores SIGINT), and starts a long-lived "server" in a new

@@ -63,7 +63,7 @@ def test_cached_endpoint_latency_comes_from_its_parts():
 
 
 def test_latency_parts_for_each_kind_of_endpoint():
-    from hotpath.repository import Endpoint
+    from hotpath.specs.repository import Endpoint
 
     def endpoint(name, steps, cached):
         return Endpoint(name, steps, inputs=(), instances=(1,) * len(steps), response_cache=cached)

@@ -1,28 +1,17 @@
-"""Names that say what they do: `hotpath build` builds the repository (`engines`, the old spelling, does the
-same); each exporter is named for the model it builds, and a spec with an old exporter name fails naming the
-new one; no exporter subclasses another model's exporter."""
+"""Names that say what they do: `make engines` runs `hotpath build`; each exporter is named for the model it
+builds; no exporter subclasses another model's exporter."""
 
 import re
 import tomllib
 
 import pytest
 
-from hotpath import cli, paths, repository_build
+from hotpath import paths, repository_build
 from hotpath.errors import SpecError
-from hotpath.exporters.registry import EXPORTERS, RENAMED
-from hotpath.spec import load_specs, spec_from_dict
+from hotpath.exporters.registry import EXPORTERS
+from hotpath.specs.spec import load_specs, spec_from_dict
 
 SPECS = load_specs(paths.model_specs_dir())
-
-
-def test_engines_is_the_old_spelling_of_build():
-    parser = cli.build_parser()
-    new = vars(parser.parse_args(["build", "--model", "text_encoder", "--force"]))
-    old = vars(parser.parse_args(["engines", "--model", "text_encoder", "--force"]))
-    assert new.pop("command") == "build" and old.pop("command") == "engines"
-    assert new == old and new["func"] is cli.cmd_build
-    assert cli.subcommand("engines").prog == "hotpath build"
-    assert "old spelling" in parser.format_help()
 
 
 def test_make_engines_runs_hotpath_build():
@@ -40,27 +29,12 @@ def test_a_spec_names_its_own_exporter(spec):
 
 def test_every_exporter_builds_a_model_of_its_name():
     assert set(EXPORTERS) <= {s.name for s in SPECS}
-    assert set(EXPORTERS) == set(RENAMED.values()) and not set(EXPORTERS) & set(RENAMED)
 
 
 def test_no_exporter_subclasses_another_models_exporter():
     for name, cls in EXPORTERS.items():
         others = [o for o in EXPORTERS.values() if o is not cls and issubclass(cls, o)]
         assert not others, f"{name}: {cls.__name__} subclasses {[o.__name__ for o in others]}"
-
-
-@pytest.mark.parametrize("old,new", sorted(RENAMED.items()))
-def test_an_old_exporter_name_fails_naming_the_new_one(old, new, tmp_path, monkeypatch):
-    data = tomllib.loads((paths.model_specs_dir() / f"{new}.toml").read_text())
-    data["hotpath"]["exporter"] = old
-    spec = spec_from_dict(data, new)
-    monkeypatch.setattr(repository_build, "load_specs", lambda *dirs: [spec])
-    monkeypatch.setattr(repository_build, "validate_all", lambda specs: None)
-    with pytest.raises(SpecError) as info:
-        repository_build.build_repository(tmp_path)   # before any export runs
-    assert info.value.field == "hotpath.exporter" and info.value.model == new
-    assert f"'{old}' is now '{new}'" in str(info.value) and f'exporter = "{new}"' in str(info.value)
-    assert not list(tmp_path.iterdir())
 
 
 def test_an_unknown_exporter_lists_the_known_ones(tmp_path, monkeypatch):

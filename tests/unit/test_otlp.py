@@ -7,9 +7,9 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from hotpath.cli import build_parser
-from hotpath.perf.explain.otlp import decode, spans, to_fragments
-from hotpath.perf.explain.trace import parse_fragments
 from hotpath.server.tracing import OtlpTracing
+from hotpath.sweeps.explain.otlp import decode, spans, to_fragments
+from hotpath.sweeps.explain.trace import parse_fragments
 
 TRACE = "daed85face8dceea199c36225118df53"
 

@@ -13,14 +13,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hotpath import paths, samples
+from hotpath import paths
 from hotpath.errors import HotpathError
-from hotpath.perf import registry as endpoints
-from hotpath.perf.gate import before_measuring
-from hotpath.perf.measure import host_load as quiet
-from hotpath.perf.measure.point import endpoint_steps
-from hotpath.samples import Payload, ensure_input, image_entries, payload_for
-from hotpath.slo import Slo, load_slos
+from hotpath.exporters import samples
+from hotpath.exporters.samples import Payload, ensure_input, image_entries, payload_for
+from hotpath.sweeps import registry as endpoints
+from hotpath.sweeps.gate import before_measuring
+from hotpath.sweeps.measure import host_load as quiet
+from hotpath.sweeps.measure.point import endpoint_steps
+from hotpath.tuning.slo import Slo, load_slos
 
 # --- the registry -------------------------------------------------------------------------------------------
 
@@ -34,7 +35,7 @@ def test_every_endpoint_and_every_slo_has_a_registry_entry():
 
 
 def test_the_lab_compares_every_registered_endpoint():
-    from perf.compare.rivals import RIVALS
+    from perf.lab.compare.rivals import RIVALS
 
     assert set(RIVALS) == set(endpoints.ENDPOINTS)
 
@@ -49,7 +50,7 @@ def test_registry_entry_is_complete(name):
 
 @pytest.mark.parametrize("name", sorted(endpoints.ENDPOINTS))
 def test_the_labs_rivals_entry_is_complete(name):
-    from perf.compare.rivals import rivals_for
+    from perf.lab.compare.rivals import rivals_for
 
     rivals = rivals_for(name)
     assert rivals.searched_step in endpoint_steps(name)
@@ -59,8 +60,8 @@ def test_the_labs_rivals_entry_is_complete(name):
 
 
 def test_alternatives_can_be_chosen_by_label():
-    from perf.compare.rivals import rivals_for
-    from perf.compare.side_by_side import choose
+    from perf.lab.compare.rivals import rivals_for
+    from perf.lab.compare.side_by_side import choose
 
     assert [a.label for a in choose("image_classification", ["pytriton", "default"])] == ["default", "pytriton"]
     assert choose("image_classification", None) == list(rivals_for("image_classification").alternatives)
@@ -69,7 +70,7 @@ def test_alternatives_can_be_chosen_by_label():
 
 
 def test_default_config_reaches_single_model_endpoints_and_ensemble_steps():
-    from perf.compare.side_by_side import configured_models
+    from perf.lab.compare.side_by_side import configured_models
 
     for name in endpoints.ENDPOINTS:
         steps = endpoint_steps(name)
@@ -218,7 +219,7 @@ def test_allow_busy_comes_from_the_environment(monkeypatch):
 def test_kserve_binary_round_trip_through_the_real_http_client():
     import tritonclient.http as httpclient
 
-    from perf.compare.alternatives.fastapi_app import decode_request, encode_response
+    from perf.lab.compare.alternatives.fastapi_app import decode_request, encode_response
 
     texts = np.array([["a photo of an astronaut"], ["ünïcode"]], dtype=np.object_)
     inp = httpclient.InferInput("TEXT", [2, 1], "BYTES")

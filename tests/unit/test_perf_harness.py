@@ -6,11 +6,11 @@ import pytest
 
 from hotpath import paths
 from hotpath.errors import HotpathError
-from hotpath.perf.gate import CheckRow, format_table
-from hotpath.perf.measure.perf_analyzer import PerfPoint, parse_csv
-from hotpath.perf.measure.server_stats import bottleneck, breakdown
-from hotpath.repository import read_config
-from hotpath.slo import Slo, load_slos
+from hotpath.specs.repository import read_config
+from hotpath.sweeps.gate import CheckRow, format_table
+from hotpath.sweeps.measure.perf_analyzer import PerfPoint, parse_csv
+from hotpath.sweeps.measure.server_stats import bottleneck, breakdown
+from hotpath.tuning.slo import Slo, load_slos
 
 DATA = Path(__file__).parent.parent / "data" / "perf"
 
@@ -52,7 +52,7 @@ def _point(p95, steps=None):
 
 
 def test_check_rows_pass_and_miss_with_the_floor_ratio():
-    from hotpath.perf.measure.floor import Floor
+    from hotpath.sweeps.measure.floor import Floor
 
     slo = Slo("text_embedding", 25.0, 8, Path("x.json"))
     steps = {"tokenizer": {"queue_us": 900, "compute_infer_us": 2000},
@@ -86,7 +86,7 @@ def test_breakdown_is_a_per_request_delta_and_finds_the_bottleneck():
 
 
 def test_default_config_drops_batching_and_extra_instances():
-    from perf.compare.alternatives.launch import default_config
+    from perf.lab.compare.alternatives.launch import default_config
 
     encoder = read_config(paths.model_repository() / "text_encoder")
     encoder.instance_group[0].count = 3
@@ -95,7 +95,7 @@ def test_default_config_drops_batching_and_extra_instances():
 
 
 def test_cache_payloads_are_unique_or_skewed():
-    from hotpath.perf.measure.response_cache import unique_texts, zipf_texts
+    from hotpath.sweeps.measure.response_cache import unique_texts, zipf_texts
 
     texts = unique_texts(500)
     assert len(set(texts)) == 500
@@ -112,10 +112,10 @@ def test_parse_csv_of_a_server_without_triton_statistics():
 
 
 def test_side_by_side_section_reports_ratios_to_hotpath_and_to_the_floor():
-    from hotpath.perf.measure.floor import Floor
-    from hotpath.perf.registry import get_endpoint
-    from perf.compare.rivals import rivals_for
-    from perf.compare.side_by_side import section
+    from hotpath.sweeps.measure.floor import Floor
+    from hotpath.sweeps.registry import get_endpoint
+    from perf.lab.compare.rivals import rivals_for
+    from perf.lab.compare.side_by_side import section
 
     slo = Slo("text_embedding", 25.0, 8, Path("x.json"))
 
@@ -139,8 +139,8 @@ def test_side_by_side_section_reports_ratios_to_hotpath_and_to_the_floor():
 
 
 def test_reports_carry_the_floor_and_the_ratios_to_it(tmp_path):
-    from hotpath.perf.measure.floor import Floor
-    from hotpath.perf.report import floor_section, write_report
+    from hotpath.sweeps.measure.floor import Floor
+    from hotpath.sweeps.report import floor_section, write_report
 
     slo = Slo("text_embedding", 25.0, 8, Path("x.json"), floor_ratio_goal=0.75)
     points = [PerfPoint("text_embedding", "concurrency", c, t, p50, p95, p95, p95, label="tuned")
@@ -160,7 +160,7 @@ def test_reports_carry_the_floor_and_the_ratios_to_it(tmp_path):
 def test_a_relative_verdict_reads_the_same_on_a_slower_host():
     """The same code on a host 3x slower: the absolute bound misses, the floor-scaled bound does not; a
     regression of the code misses both."""
-    from hotpath.perf.measure.floor import Floor
+    from hotpath.sweeps.measure.floor import Floor
 
     slo = Slo("text_embedding", 25.0, 8, Path("x.json"), floor_reference_ms=3.0, verdict="relative")
 

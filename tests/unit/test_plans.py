@@ -13,19 +13,19 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath import paths
 from hotpath.errors import SpecError
-from hotpath.knobs import knob
-from hotpath.spec import load_spec, load_specs, spec_from_dict
+from hotpath.specs.spec import load_spec, load_specs, spec_from_dict
 from hotpath.tensorrt import builder, parity
-from hotpath.tensorrt.build import calibration
-from hotpath.tensorrt.build.options import recipe_for, tensorrt_options
-from hotpath.tensorrt.build.plan_config import plan_config
-from hotpath.tensorrt.build.profiles import derive_profiles
-from hotpath.tensorrt.build.sanitize import ensure_sanitized, source_digest
-from hotpath.tensorrt.build.step import PlanStep, parity_feeds, write_plan_files
 from hotpath.tensorrt.compat import Target
 from hotpath.tensorrt.inventory import built_plans, plan_status
 from hotpath.tensorrt.manifest import Manifest, read_manifest, recipe_digest, sha256, write_manifest
+from hotpath.tensorrt.plans import calibration
+from hotpath.tensorrt.plans.options import recipe_for, tensorrt_options
+from hotpath.tensorrt.plans.plan_config import plan_config
+from hotpath.tensorrt.plans.profiles import derive_profiles
+from hotpath.tensorrt.plans.sanitize import ensure_sanitized, source_digest
+from hotpath.tensorrt.plans.step import PlanStep, parity_feeds, write_plan_files
 from hotpath.tensorrt.recipe import config_path, feeds_path, read_feeds, read_recipe
+from hotpath.tuning.knobs import knob
 from tests import planrepo
 
 

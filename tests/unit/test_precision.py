@@ -10,7 +10,7 @@ from hotpath.errors import BuildError, SpecError
 from hotpath.exporters import quantize
 from hotpath.exporters.sentence_encoder import TextEncoderExporter
 from hotpath.repository_build import _export_inputs
-from hotpath.spec import load_spec, spec_from_dict
+from hotpath.specs.spec import load_spec, spec_from_dict
 
 CLASSIFIER = load_spec(paths.model_specs_dir() / "image_classifier.toml")
 ENCODER = load_spec(paths.model_specs_dir() / "text_encoder.toml")

@@ -1,7 +1,7 @@
 import shutil
 
 from hotpath import paths
-from hotpath.preflight import check_repository
+from hotpath.specs.preflight import check_repository
 
 
 def _copy_configs(tmp_path):

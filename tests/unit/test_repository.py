@@ -1,4 +1,4 @@
-"""hotpath.repository: the one reader of config.pbtxt files, and the endpoints a client calls."""
+"""hotpath.specs.repository: the one reader of config.pbtxt files, and the endpoints a client calls."""
 
 import dataclasses
 
@@ -6,10 +6,10 @@ import pytest
 from tritonclient.grpc import model_config_pb2 as mc
 
 from hotpath import paths
-from hotpath.config_pbtxt import render, to_pbtxt, validate_all
 from hotpath.errors import HotpathError
-from hotpath.repository import ConfigError, Input, Repository, read_config
-from hotpath.spec import spec_from_dict
+from hotpath.specs.config_pbtxt import render, to_pbtxt, validate_all
+from hotpath.specs.repository import ConfigError, Input, Repository, read_config
+from hotpath.specs.spec import spec_from_dict
 
 REAL = Repository(paths.model_repository())
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from hotpath.retrieval.requests import Limits, parse_request
 from hotpath.runtime.backend_io import guarded, invalid
 from hotpath.runtime.images import ImageInputError, jpeg_blocks, preprocess, preprocess_request
 from hotpath.runtime.inputs import InputError, column, integers, required
+from hotpath.runtime.retrieval.requests import Limits, parse_request
 from hotpath.runtime.text import gather_texts
 from tests.bad_requests import BIG, LEAKS, jpeg, lying_jpeg
 

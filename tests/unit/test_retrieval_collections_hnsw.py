@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 from hotpath.cli import main as cli_main
-from hotpath.retrieval.build import write_base
-from hotpath.retrieval.corpus import Document
-from hotpath.retrieval.hnsw_store import HnswStore
-from hotpath.retrieval.wal import _FRAME, read_records
+from hotpath.exporters.retrieval_build import write_base
+from hotpath.exporters.retrieval_corpus import Document
+from hotpath.runtime.retrieval.hnsw_store import HnswStore
+from hotpath.runtime.retrieval.wal import _FRAME, read_records
 from hotpath.runtime.tenancy import LOCAL, SHARED
 from tests.unit.test_retrieval_wal import unit
 
@@ -119,7 +119,7 @@ def test_records_from_before_collections_replay_into_shared(base, tmp_path):
 WRITER = """
 import sys
 import numpy as np
-from hotpath.retrieval.hnsw_store import HnswStore
+from hotpath.runtime.retrieval.hnsw_store import HnswStore
 base, data = sys.argv[1:3]
 store = HnswStore(base, data)
 rng = np.random.default_rng(7)

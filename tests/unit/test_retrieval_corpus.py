@@ -3,8 +3,8 @@
 import pytest
 
 from hotpath.errors import BuildError
+from hotpath.exporters.retrieval_corpus import Document, parse_packages
 from hotpath.exporters.retrieval_index import split_corpus
-from hotpath.retrieval.corpus import Document, parse_packages
 
 
 def _docs(names):

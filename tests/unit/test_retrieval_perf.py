@@ -1,9 +1,9 @@
-"""The retrieval comparison's harness and report (perf.compare.retrieval_load / retrieval_report), without servers."""
+"""The retrieval comparison's harness and report (perf.lab.compare.retrieval_load / retrieval_report), without servers."""
 
 import numpy as np
 
-from perf.compare.retrieval_load import Point, closed_loop, exact_top_k, query_texts, recall_at_k, throughput_at
-from perf.compare.retrieval_report import render_report
+from perf.lab.compare.retrieval_load import Point, closed_loop, exact_top_k, query_texts, recall_at_k, throughput_at
+from perf.lab.compare.retrieval_report import render_report
 
 
 def test_exact_top_k_is_the_best_inner_products_in_order():

@@ -1,9 +1,9 @@
-"""The retrieval endpoint's request checks (hotpath.retrieval.requests): each bad input names itself."""
+"""The retrieval endpoint's request checks (hotpath.runtime.retrieval.requests): each bad input names itself."""
 
 import numpy as np
 import pytest
 
-from hotpath.retrieval.requests import Limits, parse_request
+from hotpath.runtime.retrieval.requests import Limits, parse_request
 
 LIMITS = Limits(default_k=10, max_k=100, max_bytes=64, max_chars=32, max_id_bytes=16)
 

@@ -5,10 +5,10 @@ import os
 import numpy as np
 import pytest
 
-from hotpath.retrieval.build import exact_top_k, measure_recall, recall_at_k, write_base
-from hotpath.retrieval.corpus import Document
-from hotpath.retrieval.hnsw_store import CORPUS, HnswStore, StoreError
-from hotpath.retrieval.wal import Record, append_records, read_records
+from hotpath.exporters.retrieval_build import exact_top_k, measure_recall, recall_at_k, write_base
+from hotpath.exporters.retrieval_corpus import Document
+from hotpath.runtime.retrieval.hnsw_store import CORPUS, HnswStore, StoreError
+from hotpath.runtime.retrieval.wal import Record, append_records, read_records
 
 DIM = 16
 

@@ -1,11 +1,11 @@
-"""perf/studies/semantic_cache.py's pure part (rates, Wilson intervals, the chosen threshold) and its corpus."""
+"""perf/lab/studies/semantic_cache.py's pure part (rates, Wilson intervals, the chosen threshold) and its corpus."""
 
 from collections import Counter
 
 import numpy as np
 import pytest
 
-from perf.studies import semantic_cache as study
+from perf.lab.studies import semantic_cache as study
 
 
 def test_wilson_matches_the_textbook_values():

@@ -13,9 +13,9 @@ from hotpath.gateway.config import TenantGatewaySettings, config
 from hotpath.gateway.front_door import CONFIG_FILE, GCRA_SCRIPT, PublicModel
 from hotpath.gateway.tenants import new_token, parse_tenants
 from hotpath.nginx.directives import render
-from hotpath.repository import Repository
 from hotpath.shared_state.cache_key import cache_key, repository_build
 from hotpath.shared_state.target import RedisTarget, parse_url
+from hotpath.specs.repository import Repository
 
 
 def test_urls():
@@ -90,8 +90,8 @@ def test_config_with_redis_has_the_cache_filters_and_the_status_server(tmp_path)
 def test_a_store_endpoint_is_cached_with_a_version_and_its_reads_only():
     """retrieval (an OP input: writes) is cacheable as a store whatever its response_cache; its version key
     and the write input reach front_door.lua."""
-    from hotpath.config_pbtxt import parse_pbtxt
     from hotpath.gateway.front_door import _public, front_door_json
+    from hotpath.specs.config_pbtxt import parse_pbtxt
 
     config = parse_pbtxt('name: "retrieval" max_batch_size: 8 '
                          'input { name: "TEXT" data_type: TYPE_STRING dims: [1] } '

@@ -1,8 +1,8 @@
 """The soak judges memory only once the response cache is full: RSS that grows while the cache (and, on a
 slow host, the backlog) fills is not a leak; RSS that keeps growing after it is."""
 
-from hotpath.perf.measure.open_loop import OpenLoopResult, Outcome
-from perf.studies.soak import MemorySample, SoakResult
+from hotpath.sweeps.measure.open_loop import OpenLoopResult, Outcome
+from perf.lab.studies.soak import MemorySample, SoakResult
 
 
 def _result(rss, cache):

@@ -6,10 +6,10 @@ import tomllib
 import pytest
 
 from hotpath import paths
-from hotpath.config_pbtxt import render, to_pbtxt, validate, validate_all
 from hotpath.errors import SpecError
-from hotpath.repository import parse_pbtxt
-from hotpath.spec import load_specs, spec_from_dict
+from hotpath.specs.config_pbtxt import render, to_pbtxt, validate, validate_all
+from hotpath.specs.repository import parse_pbtxt
+from hotpath.specs.spec import load_specs, spec_from_dict
 
 SPECS = load_specs(paths.model_specs_dir(), paths.ensemble_specs_dir())
 ENCODER = tomllib.loads((paths.model_specs_dir() / "text_encoder.toml").read_text())

@@ -1,4 +1,4 @@
-"""A spec's [hotpath] and [parameters] tables are parsed once into typed objects (hotpath.build_options,
+"""A spec's [hotpath] and [parameters] tables are parsed once into typed objects (hotpath.specs.build_options,
 hotpath.runtime.parameters): one default per key, and a bad value or an unknown key is a SpecError naming the
 spec file and the key. The served models read their config with the same classes."""
 
@@ -7,9 +7,7 @@ import copy
 import pytest
 
 from hotpath import paths
-from hotpath.build_options import BuildOptions
 from hotpath.errors import SpecError
-from hotpath.repository import read_config
 from hotpath.runtime.llm.settings import from_parameters
 from hotpath.runtime.parameters import (
     MAX_LENGTH,
@@ -18,7 +16,9 @@ from hotpath.runtime.parameters import (
     RetrievalParameters,
     TokenizerParameters,
 )
-from hotpath.spec import load_spec, load_specs, parameter_class, spec_from_dict
+from hotpath.specs.build_options import BuildOptions
+from hotpath.specs.repository import read_config
+from hotpath.specs.spec import load_spec, load_specs, parameter_class, spec_from_dict
 
 SPECS = {s.name: s for s in load_specs(paths.model_specs_dir(), paths.ensemble_specs_dir())}
 

@@ -8,16 +8,16 @@ import pytest
 import torch
 
 from hotpath.errors import HotpathError
-from hotpath.perf.measure.streaming import (
+from hotpath.sweeps.measure.streaming import (
     StreamRecord,
     markdown_table,
     meets,
     run_load,
     summarize,
 )
-from hotpath.slo import StreamingSlo, load_streaming_slos
-from perf.compare.alternatives.generation_fastapi import TokenStreamer
-from perf.compare.generation import draft_steps, lookup_draft, no_prefix_cache, one_at_a_time, report
+from hotpath.tuning.slo import StreamingSlo, load_streaming_slos
+from perf.lab.compare.alternatives.generation_fastapi import TokenStreamer
+from perf.lab.compare.generation import draft_steps, lookup_draft, no_prefix_cache, one_at_a_time, report
 
 
 def test_summarize_separates_first_token_from_inter_token_gaps():

@@ -1,5 +1,5 @@
 """hotpath.tensorrt is one home in two layers and a build calls down, never back up: the repository build ->
-hotpath.tensorrt.build (specs -> recipes, plan configs, plans) -> the core (recipe, manifest, compat, inventory,
+hotpath.tensorrt.plans (specs -> recipes, plan configs, plans) -> the core (recipe, manifest, compat, inventory,
 device, builder, parity, startup). A spec without a `[hotpath.tensorrt]` table never enters the TensorRT code."""
 
 import sys
@@ -9,10 +9,10 @@ import pytest
 from hotpath import repository_build
 from tests.unit.test_layout import import_graph
 
-BUILD = "hotpath.tensorrt.build"
+BUILD = "hotpath.tensorrt.plans"
 ENTRY_POINTS = ("hotpath.repository_build", "hotpath.cli")   # the only modules that enter the build layer
 # Above the core: the build layer, the specs and their settings, the repository build and the CLI.
-ABOVE_CORE = (BUILD, "hotpath.spec", "hotpath.build_options", "hotpath.config_pbtxt", "hotpath.exporters", *ENTRY_POINTS)
+ABOVE_CORE = (BUILD, "hotpath.specs.spec", "hotpath.specs.build_options", "hotpath.specs.config_pbtxt", "hotpath.exporters", *ENTRY_POINTS)
 
 
 def _in(module: str, prefixes) -> bool:
@@ -60,7 +60,7 @@ def no_tensorrt(monkeypatch):
 
 def test_a_spec_without_a_tensorrt_table_never_enters_the_tensorrt_code(no_tensorrt, tmp_path):
     from hotpath import paths
-    from hotpath.spec import load_specs
+    from hotpath.specs.spec import load_specs
 
     specs = load_specs(paths.model_specs_dir(), paths.ensemble_specs_dir())
     without = [s.name for s in specs if s.hotpath.tensorrt is None]

@@ -149,7 +149,7 @@ def test_the_build_runs_an_exporters_gate_whether_it_exports_or_skips(tmp_path, 
 
     from hotpath import paths, repository_build
     from hotpath.exporters.base import ExportReport
-    from hotpath.spec import load_spec
+    from hotpath.specs.spec import load_spec
 
     weights = tmp_path / "weights.bin"
     weights.write_bytes(b"w")
@@ -190,7 +190,7 @@ def test_the_gate_corpus_size_is_a_checked_build_option_outside_the_export_finge
     from hotpath import paths
     from hotpath.errors import SpecError
     from hotpath.repository_build import _export_inputs
-    from hotpath.spec import load_spec, spec_from_dict
+    from hotpath.specs.spec import load_spec, spec_from_dict
 
     spec = load_spec(paths.model_specs_dir() / "text_generation.toml")
     assert spec.hotpath.precision_gate_windows >= 1

@@ -1,12 +1,12 @@
-"""Triton trace files -> consecutive per-request segments (hotpath.perf.explain.trace), on a captured real trace."""
+"""Triton trace files -> consecutive per-request segments (hotpath.sweeps.explain.trace), on a captured real trace."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from hotpath.perf.explain.trace import Segment, parse_fragments, read_trace_files, request_segments, summarize
 from hotpath.runtime.timing import ExecuteLog, read_logs, timed
+from hotpath.sweeps.explain.trace import Segment, parse_fragments, read_trace_files, request_segments, summarize
 
 DATA = Path(__file__).parent.parent / "data" / "perf"
 TRACE = DATA / "trace-text_embedding.json"   # 30 requests of text_embedding at concurrency 1, tritonserver 2.51

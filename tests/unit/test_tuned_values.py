@@ -5,10 +5,10 @@ import json
 import pytest
 
 from hotpath import paths
-from hotpath.hardware_key import FEATURES, HardwareKey, parse_cpuinfo
-from hotpath.perf.tune.quick import overrides
-from hotpath.repository import read_config
-from hotpath.tuned_values import TunedValues, judge, load
+from hotpath.specs.repository import read_config
+from hotpath.sweeps.tune.quick import overrides
+from hotpath.tuning.hardware_key import FEATURES, HardwareKey, parse_cpuinfo
+from hotpath.tuning.tuned_values import TunedValues, judge, load
 
 CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -88,7 +88,7 @@ def test_spin_settings(us, expected):
 
 
 def test_start_tune_keeps_the_committed_layout_within_noise():
-    from hotpath.start_tune import choose
+    from hotpath.tuning.start_tune import choose
 
     committed = (2, 0)
     assert choose({(1, 0): 10.0, (2, 0): 10.3}, committed) == committed     # 3% slower: noise, kept

@@ -10,8 +10,8 @@ import pytest
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from hotpath.perf.tune.hill_climb import Objective, Point, Trial, tune
-from hotpath.perf.tune.search_space import SearchSpace, rank_moves
+from hotpath.sweeps.tune.hill_climb import Objective, Point, Trial, tune
+from hotpath.sweeps.tune.search_space import SearchSpace, rank_moves
 
 RECORDED = Path(__file__).parent.parent / "data" / "perf" / "tune-image_classification.jsonl"
 RECORDED_START = RECORDED.with_suffix(".start.json")   # configs, cores and objective it started from
@@ -244,7 +244,7 @@ def test_replaying_a_recorded_real_run_reproduces_its_decisions():
 
 
 def test_the_report_lists_every_trial_the_winner_and_model_analyzer_beside_it():
-    from hotpath.perf.tune.report import Rival, summary
+    from hotpath.sweeps.tune.report import Rival, summary
 
     space, evaluate = _space(), _evaluator(delays_cost=0.0)
     best, trials = tune(space, evaluate, UNCONSTRAINED, max_trials=6, log=lambda m: None)

@@ -1,7 +1,7 @@
 """Usage metering without servers: the models' per-tenant counters (python_backends/*/model.py against the
 pb_utils stand-in, tests/pb_stand_in.py), the stream admission's token count and give-back helpers
 (hotpath.gateway.streams), the OpenAI API's tenancy headers, and `hotpath usage`'s reading of the counters
-(hotpath.usage_report). The same paths against real servers: tests/integration/test_usage.py."""
+(hotpath.monitoring.usage_report). The same paths against real servers: tests/integration/test_usage.py."""
 
 import io
 import json
@@ -14,12 +14,12 @@ from tritonclient.grpc import service_pb2
 
 from hotpath import paths
 from hotpath.gateway import streams
+from hotpath.monitoring.usage_report import COLUMNS, Usage, parse_exposition, window_query
 from hotpath.openai_api.generation import OUTPUT_TOKENS_COMMENT, output_tokens_comment
 from hotpath.openai_api.triton import tenancy_headers
-from hotpath.repository import read_config
 from hotpath.runtime.text import encode, load_tokenizer
 from hotpath.runtime.usage import TENANCY_REFUSED, tenants_of
-from hotpath.usage_report import COLUMNS, Usage, parse_exposition, window_query
+from hotpath.specs.repository import read_config
 from tests.pb_stand_in import InferenceRequest as Request
 from tests.pb_stand_in import MetricFamily, TritonError, bytes_column, error_of, initialize_args, load_adapter
 from tests.unit.test_adapters import _tokenizer as tokenizer_adapter

@@ -17,12 +17,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from hotpath.runtime.errors import UnavailableError
+
 ENGINE_SCRIPT = Path(__file__).with_name("engine_process.py")
 TCMALLOC = "/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4"   # Debian libtcmalloc-minimal4 (vLLM's advice)
 Reply = Callable[[dict], None]
 
 
-class EngineGone(RuntimeError):
+class EngineGone(UnavailableError):
     """The engine process is not running (exited, or never became ready)."""
 
 

@@ -15,6 +15,8 @@ import json
 import math
 from dataclasses import dataclass, field
 
+from hotpath.runtime.errors import InputError  # noqa: F401 (the stub imports it from here)
+
 TEXT_INPUTS = ("text_input", "messages", "sampling_parameters")
 BOOL_INPUTS = ("stream", "exclude_input_in_output", "return_finish_reason", "return_num_input_tokens",
                "return_num_output_tokens", "return_logprobs")
@@ -46,10 +48,6 @@ SAMPLING = {
     "logprobs": ((int,), lambda v: 0 <= v <= MAX_LOGPROBS,
                  f"an integer within 0..{MAX_LOGPROBS} (top log-probabilities per token)"),
 }
-
-
-class InputError(ValueError):
-    """A bad request input: INVALID_ARGUMENT, with a message naming the input."""
 
 
 @dataclass

@@ -11,19 +11,13 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from hotpath.runtime.parameters import ParameterError
+
 DTYPES = ("auto", "float32", "bfloat16")
 # bf16 is native where the CPU has AVX512-BF16 or AMX; elsewhere vLLM would emulate it (slower, and its
 # greedy tokens drift from fp32: 4/8 prompts equal, measured), so fp32 is the default there.
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 MIB = 1 << 20
-
-
-class SettingsError(ValueError):
-    """A bad parameter: `key` names it."""
-
-    def __init__(self, key: str, message: str):
-        super().__init__(f"parameters.{key}: {message}")
-        self.key = key
 
 
 @dataclass(frozen=True)
@@ -75,43 +69,43 @@ IGNORED = {"EXECUTION_ENV_PATH", "restart"}
 def _parse(key: str, text: str, kind):
     if kind is bool:
         if text.lower() not in ("true", "false", "1", "0"):
-            raise SettingsError(key, f"must be true or false, got {text!r}")
+            raise ParameterError(key, f"must be true or false, got {text!r}")
         return text.lower() in ("true", "1")
     if kind is int:
         try:
             return int(text)
         except ValueError:
-            raise SettingsError(key, f"must be an integer, got {text!r}") from None
+            raise ParameterError(key, f"must be an integer, got {text!r}") from None
     return text
 
 
 def from_parameters(params: dict[str, str]) -> EngineSettings:
-    """Settings from Triton parameters (string values); raises SettingsError naming the key."""
+    """Settings from Triton parameters (string values); raises ParameterError naming the key."""
     values = {}
     for key, text in params.items():
         if key in IGNORED or key.startswith(("hotpath_", "hotpath.")):   # hotpath.restarted_at: the watchdog's reload
             continue
         if key not in FIELDS:
-            raise SettingsError(key, f"unknown engine setting (known: {', '.join(sorted(FIELDS))})")
+            raise ParameterError(key, f"unknown engine setting (known: {', '.join(sorted(FIELDS))})")
         kind = {"bool": bool, "int": int, "str": str}[FIELDS[key].type]
         values[key] = _parse(key, str(text), kind)
     s = EngineSettings(**values)
     if s.dtype not in DTYPES:
-        raise SettingsError("dtype", f"must be one of {', '.join(DTYPES)}, got {s.dtype!r}")
+        raise ParameterError("dtype", f"must be one of {', '.join(DTYPES)}, got {s.dtype!r}")
     for key, low, high in (("max_model_len", 16, 1 << 20), ("max_num_seqs", 1, 4096), ("max_queue", 0, 1 << 16),
                            ("kv_cache_mib", 1, 1 << 20), ("default_max_tokens", 1, 1 << 20),
                            ("max_tokens_limit", 1, 1 << 20), ("max_input_bytes", 1, 1 << 26),
                            ("ready_timeout_s", 1, 3600)):
         if not low <= getattr(s, key) <= high:
-            raise SettingsError(key, f"must be within {low}..{high}, got {getattr(s, key)}")
+            raise ParameterError(key, f"must be within {low}..{high}, got {getattr(s, key)}")
     if not (32 <= s.block_size <= 1024 and s.block_size % 32 == 0):
-        raise SettingsError("block_size", f"must be a multiple of 32 within 32..1024, got {s.block_size}")
+        raise ParameterError("block_size", f"must be a multiple of 32 within 32..1024, got {s.block_size}")
     if s.default_max_tokens > s.max_tokens_limit:
-        raise SettingsError("default_max_tokens", f"exceeds max_tokens_limit ({s.max_tokens_limit})")
+        raise ParameterError("default_max_tokens", f"exceeds max_tokens_limit ({s.max_tokens_limit})")
     if s.max_tokens_limit >= s.max_model_len:
-        raise SettingsError("max_tokens_limit", f"must leave room for a prompt within max_model_len ({s.max_model_len})")
+        raise ParameterError("max_tokens_limit", f"must leave room for a prompt within max_model_len ({s.max_model_len})")
     if s.omp_threads_bind != "all" and not all(p.replace("-", "").isdigit() for p in s.omp_threads_bind.split(",")):
-        raise SettingsError("omp_threads_bind", f"'all' or a CPU list like 0-1 or 0,2, got {s.omp_threads_bind!r}")
+        raise ParameterError("omp_threads_bind", f"'all' or a CPU list like 0-1 or 0,2, got {s.omp_threads_bind!r}")
     return s
 
 

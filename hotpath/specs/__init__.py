@@ -1,0 +1,1 @@
+"""Specs and the repository they build: spec files, build options, config.pbtxt, fingerprints, `hotpath build`."""

@@ -1,0 +1,1 @@
+"""The lab: hotpath beside rival servers (compare/), one-off studies (studies/) and experiments."""
