@@ -208,3 +208,9 @@ def test_study_cli_lists_and_runs_help():
     assert helped.returncode == 0 and "python -m perf study precision" in helped.stdout
     unknown = _lab("perf", "study", "nope")
     assert unknown.returncode == 1 and "no study 'nope'" in unknown.stderr
+
+
+def test_no_two_test_files_share_a_name():
+    """pytest imports test files by basename (no __init__.py in tests/): two of one name stop the whole run."""
+    names = [p.name for p in (paths.ROOT / "tests").rglob("test_*.py")]
+    assert sorted({n for n in names if names.count(n) > 1}) == []
