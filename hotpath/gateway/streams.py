@@ -228,6 +228,7 @@ class StreamAdmission:
     """A grpc.aio server on loopback relaying ModelStreamInfer to the replicas, message by message."""
 
     def __init__(self, port: int, upstreams: tuple[str, ...], charger: Charger):
+        self._error: Exception | None = None
         self.port, self.upstreams, self.charge = port, upstreams, charger
         self._next = itertools.cycle(range(len(upstreams)))
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -334,7 +335,13 @@ class StreamAdmission:
         self._server = grpc.aio.server(options=[("grpc.max_receive_message_length", -1),
                                                 ("grpc.max_send_message_length", -1)])
         self._server.add_generic_rpc_handlers((handler,))
-        self._server.add_insecure_port(f"127.0.0.1:{self.port}")
+        try:
+            # Port 0: the OS picks a free one as it binds (no window for another process to take it).
+            self.port = self._server.add_insecure_port(f"127.0.0.1:{self.port}")
+        except RuntimeError as exc:
+            self._error = exc
+            started.set()
+            return
         await self._server.start()
         self._stopping = asyncio.Event()
         started.set()
@@ -356,6 +363,8 @@ class StreamAdmission:
         self._thread.start()
         if not started.wait(10):
             raise RuntimeError("the stream admission did not start")
+        if self._error is not None:
+            raise RuntimeError(f"the stream admission could not bind 127.0.0.1:{self.port}: {self._error}")
         return self
 
     def stop(self, grace_s: float = 5.0) -> None:

@@ -18,12 +18,13 @@ class TenantGateway:
     calls; started and stopped together (`with TenantGateway(settings) as gateway:`)."""
 
     def __init__(self, settings: TenantGatewaySettings):
-        port, status = free_ports(2)
+        status, = free_ports(1)
         key = settings.charge_key or secrets.token_hex(16)
-        self.nginx = LocalNginx(dataclasses.replace(settings, stream_port=settings.stream_port or port,
-                                                    status_port=settings.status_port or status, charge_key=key))
-        port = self.nginx.settings.stream_port
-        self.streams = StreamAdmission(port, settings.grpc_upstreams, Charger(self.nginx.dir / CHARGE_SOCKET, key))
+        self.nginx = LocalNginx(dataclasses.replace(settings, status_port=settings.status_port or status,
+                                                    charge_key=key))
+        # Port 0 unless the settings name one: the admission binds first and NGINX is told the port it got.
+        self.streams = StreamAdmission(settings.stream_port or 0, settings.grpc_upstreams,
+                                       Charger(self.nginx.dir / CHARGE_SOCKET, key))
 
     @property
     def settings(self) -> TenantGatewaySettings:
@@ -71,11 +72,12 @@ class TenantGateway:
                                               charge_key=self.settings.charge_key))
 
     def start(self) -> "TenantGateway":
-        self.nginx.start()
+        self.streams.start()
+        self.nginx.settings = dataclasses.replace(self.nginx.settings, stream_port=self.streams.port)
         try:
-            self.streams.start()
+            self.nginx.start()
         except BaseException:
-            self.nginx.stop()
+            self.streams.stop()
             raise
         return self
 
