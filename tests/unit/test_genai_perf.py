@@ -8,6 +8,7 @@ import pytest
 
 from hotpath.errors import HotpathError
 from hotpath.sweeps.measure import genai_perf as gp
+from hotpath.sweeps.measure.llm_benchmark import BenchmarkStats
 
 
 def _flag(cmd: list[str], name: str) -> str:
@@ -72,7 +73,7 @@ def test_text_generation_accepts_genai_perfs_sampling_parameters():
 
 
 def _row(label: str, c: int, tok_s: float, ttft_p95: float, itl_p50: float = 30.0, itl_mean: float = 31.0):
-    return gp.GenaiPerfStats(label, c, 8, tok_s, 1.0, ttft_p95 / 2, ttft_p95, itl_p50, itl_mean, 40.0, 900.0, 48.0)
+    return BenchmarkStats(label, c, 8, tok_s, 1.0, ttft_p95 / 2, ttft_p95, itl_p50, itl_mean, 40.0, 900.0, 48.0)
 
 
 def test_goals_are_judged_against_llama_cpp_and_the_old_engine():

@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from hotpath import paths
-from hotpath.errors import HotpathError
+from hotpath.sweeps.measure import llm_benchmark
+from hotpath.sweeps.measure.llm_benchmark import BenchmarkStats, run_point, tool_venv  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
@@ -65,33 +63,9 @@ class Target:
                                      f"/v2/models/{model}/generate_stream"], door="triton")
 
 
-@dataclass
-class AIPerfStats:
-    """One AIPerf run's figures (ms, tokens/s) as its JSON export states them."""
-
-    label: str
-    concurrency: int
-    requests: int
-    output_tokens_per_s: float
-    requests_per_s: float
-    ttft_p50_ms: float
-    ttft_p95_ms: float
-    itl_p50_ms: float
-    itl_mean_ms: float
-    itl_p95_ms: float
-    latency_p95_ms: float
-    output_tokens_mean: float
-
-
 def venv(log: Callable[[str], None] = logger.info) -> Path:
     """The AIPerf venv's executable, installed on first use (pinned)."""
-    root = paths.work_dir() / "aiperf-venv"
-    exe = root / "bin" / "aiperf"
-    if not exe.exists():
-        log(f"[aiperf] installing aiperf=={AIPERF_VERSION} into {root} (first use only, ~2 min)")
-        subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
-        subprocess.run([str(root / "bin" / "pip"), "install", "-q", f"aiperf=={AIPERF_VERSION}"], check=True)
-    return exe
+    return tool_venv("aiperf-venv", "aiperf", f"aiperf=={AIPERF_VERSION}", log)
 
 
 def command(exe: Path, target: Target, tokenizer: Path, concurrency: int, requests: int, input_tokens: int,
@@ -113,37 +87,18 @@ def command(exe: Path, target: Target, tokenizer: Path, concurrency: int, reques
     return cmd
 
 
-def parse_export(data: dict, label: str, concurrency: int) -> AIPerfStats:
-    """AIPerfStats from profile_export_aiperf.json's content."""
-    def stat(metric: str, key: str) -> float:
-        try:
-            return float(data[metric][key])
-        except (KeyError, TypeError, ValueError):
-            raise HotpathError(f"AIPerf export has no {metric}.{key} (keys: {sorted(data)})") from None
-
-    return AIPerfStats(
-        label, concurrency, int(stat("request_count", "avg")), stat("output_token_throughput", "avg"),
-        stat("request_throughput", "avg"), stat("time_to_first_token", "p50"), stat("time_to_first_token", "p95"),
-        stat("inter_token_latency", "p50"), stat("inter_token_latency", "avg"), stat("inter_token_latency", "p95"),
-        stat("request_latency", "p95"), stat("output_sequence_length", "avg"))
+def parse_export(data: dict, label: str, concurrency: int) -> BenchmarkStats:
+    """BenchmarkStats from aiperf's JSON export."""
+    return llm_benchmark.parse_export(data, label, concurrency, "aiperf")
 
 
 def profile(target: Target, label: str, tokenizer: Path, concurrency: int, requests: int, input_tokens: int = 128,
             output_tokens: int = 48, artifact_dir: Path | None = None, timeout_s: float = 1200,
-            log: Callable[[str], None] = logger.info) -> AIPerfStats:
+            log: Callable[[str], None] = logger.info) -> BenchmarkStats:
     """One AIPerf point; raises HotpathError with its output's tail when it fails."""
     exe = venv(log)
     artifact_dir = artifact_dir or paths.work_dir() / "aiperf" / f"{label.replace(' ', '_')}-c{concurrency}"
-    shutil.rmtree(artifact_dir, ignore_errors=True)
     cmd = command(exe, target, tokenizer, concurrency, requests, input_tokens, output_tokens, artifact_dir,
                   warmup=max(2, concurrency))
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=paths.work_dir())
-    artifact_dir.mkdir(parents=True, exist_ok=True)
-    (artifact_dir / "aiperf.log").write_text(done.stdout + done.stderr)
-    found = sorted(artifact_dir.rglob("profile_export_aiperf.json"))
-    if done.returncode != 0 or not found:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-12:])
-        for header in target.headers:
-            tail = tail.replace(header, "<header>")
-        raise HotpathError(f"AIPerf failed for {label} at c={concurrency} (log {artifact_dir}/aiperf.log):\n" + tail)
-    return parse_export(json.loads(found[0].read_text()), label, concurrency)
+    return run_point("aiperf", cmd, artifact_dir, "profile_export_aiperf.json", label, concurrency, target.headers,
+                     timeout_s=timeout_s)

@@ -14,18 +14,16 @@ first. The figures come from its profile_export_genai_perf.json.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from hotpath import paths
-from hotpath.errors import HotpathError
+from hotpath.sweeps.measure import llm_benchmark
+from hotpath.sweeps.measure.llm_benchmark import BenchmarkStats, markdown_table, run_point, tool_venv  # noqa: F401
 
 logger = logging.getLogger(__name__)
 
@@ -54,32 +52,9 @@ class Target:
         return cls(model, http_url, ["--endpoint-type", "completions"])
 
 
-@dataclass
-class GenaiPerfStats:
-    """One genai-perf run's figures (ms, tokens/s) as its JSON export states them."""
-    label: str
-    concurrency: int
-    requests: int
-    output_tokens_per_s: float
-    requests_per_s: float
-    ttft_p50_ms: float
-    ttft_p95_ms: float
-    itl_p50_ms: float
-    itl_mean_ms: float
-    itl_p95_ms: float
-    latency_p95_ms: float
-    output_tokens_mean: float
-
-
 def venv(log: Callable[[str], None] = logger.info) -> Path:
     """The genai-perf venv's executable, installed on first use (pinned)."""
-    root = paths.work_dir() / "genai-perf-venv"
-    exe = root / "bin" / "genai-perf"
-    if not exe.exists():
-        log(f"[genai-perf] installing genai-perf=={GENAI_PERF_VERSION} into {root} (first use only)")
-        subprocess.run([sys.executable, "-m", "venv", str(root)], check=True)
-        subprocess.run([str(root / "bin" / "pip"), "install", "-q", f"genai-perf=={GENAI_PERF_VERSION}"], check=True)
-    return exe
+    return tool_venv("genai-perf-venv", "genai-perf", f"genai-perf=={GENAI_PERF_VERSION}", log)
 
 
 def command(exe: Path, target: Target, tokenizer: Path, concurrency: int, requests: int, input_tokens: int,
@@ -110,49 +85,18 @@ def environment() -> dict[str, str]:
     return env
 
 
-def parse_export(data: dict, label: str, concurrency: int) -> GenaiPerfStats:
-    """GenaiPerfStats from profile_export_genai_perf.json's content."""
-    def stat(metric: str, key: str) -> float:
-        try:
-            return float(data[metric][key])
-        except (KeyError, TypeError, ValueError):
-            raise HotpathError(f"genai-perf export has no {metric}.{key} (keys: {sorted(data)})") from None
-
-    return GenaiPerfStats(
-        label, concurrency, int(stat("request_count", "avg")), stat("output_token_throughput", "avg"),
-        stat("request_throughput", "avg"), stat("time_to_first_token", "p50"), stat("time_to_first_token", "p95"),
-        stat("inter_token_latency", "p50"), stat("inter_token_latency", "avg"), stat("inter_token_latency", "p95"),
-        stat("request_latency", "p95"), stat("output_sequence_length", "avg"))
+def parse_export(data: dict, label: str, concurrency: int) -> BenchmarkStats:
+    """BenchmarkStats from genai-perf's JSON export."""
+    return llm_benchmark.parse_export(data, label, concurrency, "genai-perf")
 
 
 def profile(target: Target, label: str, tokenizer: Path, concurrency: int, requests: int, input_tokens: int = 128,
             output_tokens: int = 48, artifact_dir: Path | None = None, timeout_s: float = 1200,
-            log: Callable[[str], None] = logger.info) -> GenaiPerfStats:
+            log: Callable[[str], None] = logger.info) -> BenchmarkStats:
     """One genai-perf point; raises HotpathError with its output's tail when it fails."""
     exe = venv(log)
     artifact_dir = artifact_dir or paths.work_dir() / "genai-perf" / f"{label.replace(' ', '_')}-c{concurrency}"
-    shutil.rmtree(artifact_dir, ignore_errors=True)
     cmd = command(exe, target, tokenizer, concurrency, requests, input_tokens, output_tokens, artifact_dir,
                   warmup=max(2, concurrency))
-    done = subprocess.run(cmd, env=environment(), capture_output=True, text=True, timeout=timeout_s,
-                          cwd=paths.work_dir())
-    (artifact_dir).mkdir(parents=True, exist_ok=True)
-    (artifact_dir / "genai-perf.log").write_text(done.stdout + done.stderr)
-    found = sorted(artifact_dir.rglob("*_genai_perf.json"))
-    if done.returncode != 0 or not found:
-        tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-12:])
-        for header in target.headers:
-            tail = tail.replace(header, "<header>")
-        raise HotpathError(f"genai-perf failed for {label} at c={concurrency} (log {artifact_dir}/genai-perf.log):\n"
-                           + tail)
-    return parse_export(json.loads(found[0].read_text()), label, concurrency)
-
-
-def markdown_table(rows: list[GenaiPerfStats]) -> str:
-    lines = ["| system | concurrency | requests | output tok/s | TTFT p50 / p95 ms | ITL p50 / mean / p95 ms "
-             "| request p95 ms | output tokens mean |", "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        lines.append(f"| {r.label} | {r.concurrency} | {r.requests} | {r.output_tokens_per_s:.1f} "
-                     f"| {r.ttft_p50_ms:.0f} / {r.ttft_p95_ms:.0f} | {r.itl_p50_ms:.1f} / {r.itl_mean_ms:.1f} / "
-                     f"{r.itl_p95_ms:.1f} | {r.latency_p95_ms:.0f} | {r.output_tokens_mean:.1f} |")
-    return "\n".join(lines)
+    return run_point("genai-perf", cmd, artifact_dir, "*_genai_perf.json", label, concurrency, target.headers,
+                     env=environment(), timeout_s=timeout_s)

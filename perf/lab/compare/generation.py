@@ -464,12 +464,16 @@ def genai_goals(rows, costs: dict, old_itl: tuple[float, float] | None) -> list[
 
 def genai_section(rows, costs: dict, goals: list[str], run: str) -> str:
     """The report's benchmark section (between GENAI_BEGIN and GENAI_END)."""
-    from hotpath.sweeps.measure.genai_perf import markdown_table
+    from hotpath.sweeps.measure.llm_benchmark import markdown_table
 
-    cost_lines = ["| system | load to ready s | peak RSS MiB (process tree) |", "|---|---|---|"]
-    cost_lines += [f"| {name} | {load:.1f} | {rss:.0f} |" for name, (load, rss) in costs.items()]
     return "\n".join([GENAI_BEGIN, "## LLM benchmark (genai-perf, stock flags)\n", run + "\n", markdown_table(rows), "",
-                      *cost_lines, "", "Goals:\n", *goals, GENAI_END])
+                      *costs_table(costs), "", "Goals:\n", *goals, GENAI_END])
+
+
+def costs_table(costs: dict) -> list[str]:
+    """{system: (load-to-ready s, peak RSS MiB)} as table lines."""
+    return ["| system | load to ready s | peak RSS MiB (process tree) |", "|---|---|---|",
+            *(f"| {name} | {load:.1f} | {rss:.0f} |" for name, (load, rss) in costs.items())]
 
 
 def write_section(path: Path, section: str, begin: str = GENAI_BEGIN, end: str = GENAI_END) -> None:
@@ -606,7 +610,7 @@ def aiperf_goals(rows) -> list[str]:
 
 def aiperf_main(args, argv: list[str] | None) -> int:
     from hotpath.sweeps.measure.aiperf import AIPERF_VERSION
-    from hotpath.sweeps.measure.genai_perf import markdown_table
+    from hotpath.sweeps.measure.llm_benchmark import markdown_table
 
     systems = tuple(s for s in (args.system or AIPERF_SYSTEMS))
     concurrency = tuple(args.concurrency) if args.concurrency != list(CONCURRENCY) else GENAI_CONCURRENCY
@@ -614,23 +618,18 @@ def aiperf_main(args, argv: list[str] | None) -> int:
     t0 = time.perf_counter()
     rows, costs, notes = aiperf_benchmark(systems, concurrency, requests, args.input_tokens, args.max_tokens)
     cmd = "python -m perf study generation_compare " + " ".join(argv if argv is not None else sys.argv[1:])
-    flags = next((line.split(":", 1)[1].split() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("flags")), [])
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), "unknown CPU")
-    simd = "/".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags)
+    from hotpath.tuning.hardware_key import HardwareKey
+
     run = (f"`{cmd.strip()}` (AIPerf {AIPERF_VERSION}; synthetic prompts of {args.input_tokens} tokens, "
            f"{args.max_tokens} output tokens each (max_tokens = min_tokens), requests per point "
-           f"{', '.join(f'c={c}: {n}' for c, n in requests.items())}; {cpu} ({simd}), {os.cpu_count()} cores; "
+           f"{', '.join(f'c={c}: {n}' for c, n in requests.items())}; {HardwareKey.detect().describe()}; "
            f"served dtype {served_dtype()}; {time.perf_counter() - t0:.0f} s, {_uptime()}). hotpath kserve: "
            f"Triton's `/v2/models/{ENDPOINT}/generate_stream` (AIPerf's template endpoint); hotpath openai and "
            f"vLLM's server: `/v1/chat/completions` streamed, the same model directory and engine settings; "
            f"llama.cpp: node-llama-cpp on the same GGUF (Q4_1), `/v1/completions` streamed."
            + "".join(f"\n- {n}" for n in notes))
-    cost_lines = ["| system | load to ready s | peak RSS MiB (process tree) |", "|---|---|---|"]
-    cost_lines += [f"| {name} | {load:.1f} | {rss:.0f} |" for name, (load, rss) in costs.items()]
     section = "\n".join([AIPERF_BEGIN, "## LLM benchmark (AIPerf): every door, vLLM's own server, llama.cpp\n",
-                         run + "\n", markdown_table(rows), "", *cost_lines, "", "Goals:\n", *aiperf_goals(rows),
+                         run + "\n", markdown_table(rows), "", *costs_table(costs), "", "Goals:\n", *aiperf_goals(rows),
                          AIPERF_END])
     write_section(args.out, section, AIPERF_BEGIN, AIPERF_END)
     print(f"[aiperf] report section: {args.out}")

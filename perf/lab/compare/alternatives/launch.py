@@ -14,10 +14,12 @@ import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, ContextManager, Iterator
 
 from hotpath import paths
 from hotpath.errors import HotpathError
+from hotpath.shutdown import stop_process
 
 logger = logging.getLogger(__name__)
 
@@ -70,16 +72,22 @@ def triton_default() -> Alternative:
 
 
 @contextlib.contextmanager
-def process(cmd: list[str], ready_url: str, env: dict | None = None, timeout_s: float = 90) -> Iterator[None]:
+def process(cmd: list[str], ready_url: str, env: dict | None = None, timeout_s: float = 90,
+            log_path: Path | None = None) -> Iterator[subprocess.Popen]:
     """A server process for the duration, once `ready_url` answers 200; stopped by its pid on exit. It starts in
-    the checkout's root, where the lab's modules (perf.lab.compare.alternatives) are importable."""
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True, cwd=paths.ROOT)
+    the checkout's root, where the lab's modules (perf.lab.compare.alternatives) are importable. `log_path`: its
+    output goes there (a chatty server would fill a pipe nobody reads and stall), else stderr is kept for errors."""
+    out = open(log_path, "w") if log_path else None
+    proc = subprocess.Popen(cmd, env=env, stdout=out or subprocess.DEVNULL, stderr=subprocess.STDOUT if out else
+                            subprocess.PIPE, text=True, start_new_session=True, cwd=paths.ROOT)
+    if out:
+        out.close()
     try:
         t0 = time.monotonic()
         while True:
             if proc.poll() is not None:
-                raise HotpathError(f"{' '.join(cmd[1:4])} exited: {proc.stderr.read()[-2000:]}")
+                output = Path(log_path).read_text(errors="replace") if log_path else proc.stderr.read()
+                raise HotpathError(f"{' '.join(cmd[1:4])} exited ({proc.returncode}): {output[-2000:]}")
             try:
                 with urllib.request.urlopen(ready_url, timeout=2) as r:
                     if r.status == 200:
@@ -89,14 +97,9 @@ def process(cmd: list[str], ready_url: str, env: dict | None = None, timeout_s: 
             if time.monotonic() - t0 > timeout_s:
                 raise HotpathError(f"{ready_url} not ready after {timeout_s:.0f}s")
             time.sleep(0.5)
-        yield
+        yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, timeout=30)   # its process group: a server's own children (vLLM's engine) go too
 
 
 def fastapi(handler: str, threads: int, what: str) -> Alternative:

@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,13 +44,9 @@ class ModelAnalyzerResult:
 
 def ma_venv(log=logger.info) -> Path:
     """The Model Analyzer venv, created on first use."""
-    venv = paths.work_dir() / "ma-venv"
-    exe = venv / "bin" / "model-analyzer"
-    if not exe.exists():
-        log(f"[perf] installing triton-model-analyzer=={MA_VERSION} into {venv} (first use only)")
-        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", f"triton-model-analyzer=={MA_VERSION}"], check=True)
-    return exe
+    from hotpath.sweeps.measure.llm_benchmark import tool_venv
+
+    return tool_venv("ma-venv", "model-analyzer", f"triton-model-analyzer=={MA_VERSION}", log)
 
 
 def run_model_analyzer(model: str, target_p95_ms: float, concurrency: int | list[int], log=logger.info,

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import subprocess
 import time
-import urllib.request
 from pathlib import Path
 from typing import Callable, Iterator
 
 from hotpath import paths
 from hotpath.errors import HotpathError
-from hotpath.shutdown import stop_process
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +52,7 @@ def serving(timeout_s: float = 600, log: Callable[[str], None] = logger.info) ->
     from hotpath.runtime.llm.engine_client import engine_environment
     from hotpath.runtime.llm.settings import engine_python
     from hotpath.server.ports import free_ports
+    from perf.lab.compare.alternatives.launch import process
 
     settings = engine_settings()
     dtype = settings.resolved_dtype()[0]
@@ -66,25 +64,8 @@ def serving(timeout_s: float = 600, log: Callable[[str], None] = logger.info) ->
     log_path.parent.mkdir(parents=True, exist_ok=True)
     cmd = command(engine_python(settings, paths.ROOT), model_dir, port, settings, dtype)
     log(f"[vllm-server] starting ({dtype}) on 127.0.0.1:{port}; log: {log_path}")
-    with open(log_path, "w") as out:
-        proc = subprocess.Popen(cmd, env=engine_environment(settings.cpu_list(), "cpu"), stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True, cwd=paths.ROOT)
-    try:
-        t0 = time.monotonic()
-        while True:
-            if proc.poll() is not None:
-                raise HotpathError(f"vLLM's server exited ({proc.returncode}): "
-                                   + log_path.read_text(errors="replace")[-1500:])
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() - t0 > timeout_s:
-                raise HotpathError(f"vLLM's server not ready after {timeout_s:.0f} s (log {log_path})")
-            time.sleep(1)
+    t0 = time.monotonic()
+    with process(cmd, f"http://127.0.0.1:{port}/health", env=engine_environment(settings.cpu_list(), "cpu"),
+                 timeout_s=timeout_s, log_path=log_path) as proc:
         log(f"[vllm-server] ready in {time.monotonic() - t0:.1f} s")
         yield "127.0.0.1", port, proc.pid
-    finally:
-        stop_process(proc, timeout=30)
