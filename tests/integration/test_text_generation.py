@@ -108,6 +108,25 @@ def test_stream_deltas_add_up_to_the_final_text(client, reference):
     assert 1 < len(times) <= final.completion_tokens
 
 
+def test_the_client_returns_every_choice_and_the_engines_logprobs(client, reference):
+    prompt = PROMPTS[0]
+    greedy = client.generate(prompt, max_tokens=MAX_TOKENS, logprobs=2)
+    assert greedy.text == reference[prompt][2] and greedy.choices == [greedy.text]
+    assert greedy.finish_reasons == [greedy.finish_reason]
+    (entries,) = greedy.logprobs
+    # every token but an end-of-sequence one, which the text leaves out too (as OpenAI's)
+    assert len(entries) == greedy.completion_tokens - (greedy.finish_reason == "stop")
+    for token_id, _, logprob, top in entries:   # greedy: the token sampled is the top-ranked one
+        assert 2 <= len(top) <= 3 and top[0][0] == token_id and top[0][2] == logprob and top[0][3] == 1, top
+    assert client.generate(prompt, max_tokens=4).logprobs is None   # not asked for
+    events = list(client.stream(prompt, max_tokens=8, n=3, temperature=1.0, seed=7))
+    final = events[-1]
+    assert len(final.choices) == len(final.finish_reasons) == 3 and final.text == final.choices[0]
+    for i in range(3):
+        assert "".join(e.text for e in events[:-1] if e.choice == i) == final.choices[i] != ""
+    assert 3 <= final.completion_tokens <= 3 * 8   # every choice's tokens
+
+
 def test_stop_string_seed_and_raw_text_input(client, reference):
     prompt = PROMPTS[0]
     full = reference[prompt][2]
@@ -513,6 +532,30 @@ def _gone(procs, limit_s):
     return [f"{p.pid} {' '.join(p.cmdline())[:80]}" for p in alive]
 
 
+def test_a_hung_engine_shutdown_still_ends_the_engine_and_its_children_within_its_grace():
+    """engine_process.guard_exit, in the vLLM environment's Python: a shutdown that never returns (here a
+    sleep) and a child that never exits (vLLM's EngineCore stand-in) are both gone after the grace."""
+    from hotpath.paths import ROOT
+    from hotpath.runtime.llm.engine_client import ENGINE_SCRIPT
+    from hotpath.runtime.llm.settings import EngineSettings, engine_python
+
+    python = engine_python(EngineSettings(), ROOT)
+    script = (f"import sys, subprocess, time; sys.path.insert(0, {str(ENGINE_SCRIPT.parent)!r}); "
+              "import engine_process as e; child = subprocess.Popen(['sleep', '600']); "
+              "print(child.pid, file=sys.stderr, flush=True); e.guard_exit(1.0); time.sleep(600)")
+    proc = subprocess.Popen([str(python), "-c", script], stderr=subprocess.PIPE, text=True)
+    child = psutil.Process(int(proc.stderr.readline()))
+    try:
+        assert proc.wait(60) == 1
+        assert not _gone([child], 10), "the engine's child outlived the exit guard"
+    finally:
+        for leftover in (proc, child):
+            try:
+                leftover.kill()
+            except (OSError, psutil.Error):
+                pass
+
+
 def test_engine_processes_go_with_an_unload_a_killed_stub_and_a_killed_server(small_generation):
     from hotpath.server.admin import admin_headers
     from hotpath.server.watchdog import Watchdog
@@ -534,7 +577,7 @@ def test_engine_processes_go_with_an_unload_a_killed_stub_and_a_killed_server(sm
         # 1. Unload: finalize closes the engine's pipe.
         _, procs = engine()
         control.unload_model(MODEL, headers=admin_headers())
-        assert not _gone(procs, 60), "engine processes outlived the unload"
+        assert not _gone(procs, 60), f"engine processes outlived the unload; the server's log:\n{server.log_tail(60)}"
         # 2. The stub SIGKILLed: its pipe closes with it, and the watchdog brings the model back. Killed idle: a
         # stub killed in the middle of a response send can abort tritonserver 2.51 itself (boost::interprocess::
         # lock_exception in libtriton_python, seen here; triton-inference-server/server#8882), which the

@@ -33,6 +33,7 @@ import json
 import locale
 import os
 import sys
+import threading
 import time
 
 # The protocol gets the original stdout; vLLM and its EngineCore print there, so stdout becomes stderr.
@@ -46,6 +47,7 @@ locale.setlocale(locale.LC_ALL, "")
 STATS_INTERVAL_S = 1.0
 FINISH = {"stop": "stop", "length": "length", "abort": "cancelled"}
 MAX_REFUSAL_CHARS = 300
+EXIT_GRACE_S = 15.0  # stdin closed -> gone: vLLM's own shutdown takes ~1-4 s here
 GREEDY_EPS = 1e-5   # vLLM's own bound: a temperature below it samples greedily
 
 
@@ -351,6 +353,26 @@ class Server:
             task.cancel()
 
 
+def guard_exit(grace_s: float = EXIT_GRACE_S) -> None:
+    """Once stdin closed, this process ends within `grace_s` whatever hangs: then its descendants (vLLM's
+    EngineCore and worker) are SIGKILLed and it exits. Without it a shutdown that hangs (vLLM's, or the wait
+    for executor threads, unbounded on Python 3.11) keeps it alive when its stub is gone too and nobody is
+    left to kill it."""
+    import psutil  # vLLM's dependency; imported now, not from a thread while the main one may hold the lock
+
+    def expire():
+        time.sleep(grace_s)
+        print(f"hotpath engine: shutdown took over {grace_s:.0f}s; killing the engine", file=sys.stderr, flush=True)
+        for child in psutil.Process().children(recursive=True):
+            try:
+                child.kill()
+            except psutil.Error:
+                pass
+        os._exit(1)
+
+    threading.Thread(target=expire, name="hotpath-exit-guard", daemon=True).start()
+
+
 async def main() -> None:
     settings = json.loads(sys.argv[1])
     started = time.monotonic()
@@ -358,9 +380,12 @@ async def main() -> None:
     await server.start()
     print(f"hotpath engine: ready in {time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
     await server.serve()
+    guard_exit()
     server.engine.shutdown()
+    # Not through asyncio.run's teardown: it waits for every task and executor thread (unbounded on 3.11),
+    # and vLLM's CPU build can abort at interpreter exit (docs/runtime_notes.md).
+    os._exit(0)
 
 
 if __name__ == "__main__":
     asyncio.run(main())
-    os._exit(0)
