@@ -15,6 +15,7 @@ the `token` argument, else $HOTPATH_TOKEN.
 
 from __future__ import annotations
 
+import collections
 import json
 import queue
 import random
@@ -349,15 +350,20 @@ class RetrievalClient(EndpointClient):
 
 @dataclass
 class TokenDelta:
-    """One streamed response: the text it adds (a token's text, mostly) and when it arrived."""
+    """One streamed delta of one choice: the text it adds (a token's text, mostly) and when it arrived."""
 
     text: str
     at_s: float  # seconds since the request was sent
+    choice: int = 0   # its choice's index (n > 1)
 
 
 @dataclass
 class Generation:
-    """A finished generation: the whole text, why it ended, token counts and per-response arrival times."""
+    """A finished generation: the whole text, why it ended, token counts and per-response arrival times.
+    With n > 1, `text` and `finish_reason` are choice 0's, `choices` and `finish_reasons` every choice's;
+    `completion_tokens` counts every choice's tokens. `logprobs` (when asked for): per choice, an entry per
+    generated token as the engine computed it, [token id, token, logprob, [[id, token, logprob, rank], ...]]
+    (the top alternatives); an end-of-sequence token, which the text leaves out, has none (as OpenAI's)."""
 
     text: str
     finish_reason: str
@@ -365,6 +371,9 @@ class Generation:
     completion_tokens: int
     token_times_s: list[float] = field(default_factory=list)  # arrival of each streamed delta, since the send
     total_s: float = 0.0
+    choices: list[str] = field(default_factory=list)
+    finish_reasons: list[str] = field(default_factory=list)
+    logprobs: list[list] | None = None
 
     @property
     def ttft_s(self) -> float | None:
@@ -389,10 +398,11 @@ def chat_messages(prompt: str | bytes, history: Sequence[str] | None = None, sys
 
 def sampling_parameters(max_tokens: int | None = None, temperature: float | None = None, top_p: float | None = None,
                         top_k: int | None = None, seed: int | None = None,
-                        stop: str | Sequence[str] | None = None) -> dict:
+                        stop: str | Sequence[str] | None = None, n: int | None = None,
+                        logprobs: int | None = None) -> dict:
     """text_generation's sampling_parameters (JSON object): only what is given."""
     values = {"max_tokens": max_tokens, "temperature": temperature, "top_p": top_p, "top_k": top_k, "seed": seed,
-              "stop": stop if stop is None or isinstance(stop, str) else list(stop)}
+              "stop": stop if stop is None or isinstance(stop, str) else list(stop), "n": n, "logprobs": logprobs}
     return {k: v for k, v in values.items() if v is not None and v != []}
 
 
@@ -401,12 +411,14 @@ def generation_inputs(prompt: str | bytes | None = None, max_tokens: int | None 
                       seed: int | None = None, stop: str | Sequence[str] | None = None,
                       history: Sequence[str] | None = None, system: str | None = None,
                       messages: Sequence[dict] | None = None, raw: bool = False,
-                      stream: bool = True) -> list[grpcclient.InferInput]:
+                      stream: bool = True, n: int | None = None,
+                      logprobs: int | None = None) -> list[grpcclient.InferInput]:
     """text_generation's inputs (Triton's vLLM-backend tensors). By default the prompt is the user's turn of
     a chat (`messages`, after `history` and `system`), rendered with the model's chat template on the
     server; `messages` sends a whole conversation as is; `raw` sends the prompt as text_input (no
     template). Streaming asks for a response per delta; every request asks for the finish reason and
-    token counts."""
+    token counts. `n`: choices (1..8, sampled: greedy choices are equal); `logprobs`: the top alternatives
+    per token (0..20), and the `logprobs` output with them."""
     if messages is not None:
         chat = [{"role": m["role"], "content": _text(f"messages[{i}].content", m["content"])}
                 for i, m in enumerate(messages)]
@@ -416,13 +428,21 @@ def generation_inputs(prompt: str | bytes | None = None, max_tokens: int | None 
     else:
         chat = chat_messages(prompt, history, system)
         inputs = [_string_tensor("messages", json.dumps(chat, ensure_ascii=False).encode("utf-8"))]
-    params = sampling_parameters(max_tokens, temperature, top_p, top_k, seed, stop)
+    params = sampling_parameters(max_tokens, temperature, top_p, top_k, seed, stop, n, logprobs)
     if params:
         inputs.append(_string_tensor("sampling_parameters", json.dumps(params).encode("utf-8")))
-    for name, value in (("stream", stream), ("exclude_input_in_output", True), ("return_finish_reason", True),
-                        ("return_num_input_tokens", True), ("return_num_output_tokens", True)):
+    flags = [("stream", stream), ("exclude_input_in_output", True), ("return_finish_reason", True),
+             ("return_num_input_tokens", True), ("return_num_output_tokens", True)]
+    if logprobs is not None:
+        flags.append(("return_logprobs", True))
+    for name, value in flags:
         inputs.append(_tensor(name, np.array([value], dtype=bool), "BOOL"))
     return inputs
+
+
+def _strings_of(output: np.ndarray | None) -> list[str]:
+    """A BYTES output's elements as text (none when absent)."""
+    return [] if output is None else [v.decode("utf-8") for v in output.reshape(-1)]
 
 
 def _string_tensor(name: str, data: bytes) -> grpcclient.InferInput:
@@ -503,7 +523,7 @@ class GenerationClient:
     def stream(self, prompt: str | bytes | None = None, **params) -> Iterator[TokenDelta | Generation]:
         """Yield a TokenDelta per streamed delta, then the Generation; raises ClientError on a server error.
         Parameters: those of `generation_inputs` (max_tokens, temperature, top_p, top_k, seed, stop, history,
-        system, messages, raw)."""
+        system, messages, raw, n, logprobs)."""
         attempt = 1
         while True:
             started = False
@@ -534,7 +554,7 @@ class GenerationClient:
                 except queue.Empty:
                     error = exc
                 raise client_error(where, error) from None
-            text, times = [], []
+            texts, logprobs, times = collections.defaultdict(list), collections.defaultdict(list), []
             while True:
                 try:
                     at, result, error = self._responses.get(timeout=self.timeout_s)
@@ -545,20 +565,26 @@ class GenerationClient:
                     finished = True
                     self._end_stream(cancel=False)
                     raise client_error(where, error)
-                output = result.as_numpy("text_output")
-                delta = output.reshape(-1)[0].decode("utf-8") if output is not None and output.size else ""
-                reason = result.as_numpy("finish_reason")
-                if delta:
-                    text.append(delta)
+                deltas = _strings_of(result.as_numpy("text_output"))   # one per choice
+                for index, entries in enumerate(_strings_of(result.as_numpy("logprobs"))):
+                    logprobs[index].extend(json.loads(entries))
+                if any(deltas):
                     times.append(at - sent)
-                    yield TokenDelta(delta, at - sent)
-                if reason is None:
+                for index, delta in enumerate(deltas):
+                    if delta:
+                        texts[index].append(delta)
+                        yield TokenDelta(delta, at - sent, index)
+                reasons = result.as_numpy("finish_reason")
+                if reasons is None:
                     continue
                 finished = True
                 self._end_stream(cancel=False)   # the request is complete: nothing to cancel
-                yield Generation("".join(text), reason.reshape(-1)[0].decode("utf-8"),
-                                 int(result.as_numpy("num_input_tokens").reshape(-1)[0]),
-                                 int(result.as_numpy("num_output_tokens").reshape(-1)[0]), times, at - sent)
+                reasons = _strings_of(reasons)
+                choices = ["".join(texts[i]) for i in range(len(reasons))]
+                yield Generation(choices[0], reasons[0], int(result.as_numpy("num_input_tokens").reshape(-1)[0]),
+                                 int(result.as_numpy("num_output_tokens").reshape(-1)[0]), times, at - sent,
+                                 choices, reasons,
+                                 [logprobs[i] for i in range(len(reasons))] if params.get("logprobs") is not None else None)
                 return
         finally:
             if not finished:  # an error, or abandoned mid-stream: cancel whatever the server still runs

@@ -232,8 +232,9 @@ function M.count(protocol)
 end
 
 -- Tokens a generation request may produce: max_tokens of its sampling_parameters (a JSON text), else the
--- model's default; times n (its choices, 1..8: the model refuses any other value).
-local function requested_tokens(model, value)
+-- model's default; times n (its choices, 1..8: the model refuses any other value). A number is max_tokens
+-- as the stream admission read it, with its n.
+local function requested_tokens(model, value, choices)
   if not model.decoupled then
     return 0
   end
@@ -241,6 +242,9 @@ local function requested_tokens(model, value)
     value = value[1]
   end
   local n = 1
+  if type(choices) == "number" and choices > 1 then
+    n = math.min(math.floor(choices), 8)
+  end
   if type(value) == "string" then
     local params = json.decode(value)
     value = type(params) == "table" and params.max_tokens or nil
@@ -280,7 +284,7 @@ function M.charge()
     return refuse("charge", "INVALID_ARGUMENT", "gateway: '" .. name .. "' answers once per request: " ..
       "call ModelInfer; streams are for generation endpoints")
   end
-  local tokens = requested_tokens(model, tonumber(args.max_tokens))
+  local tokens = requested_tokens(model, tonumber(args.max_tokens), tonumber(args.n))
   limit("charge", tenant, tokens)
   usage.request(tenant, "grpc_stream")   -- usage: counted; "charged": what a give-back starts from
   -- Only a model that can report what it generated (its return_num_output_tokens input, as vLLM's

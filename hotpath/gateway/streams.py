@@ -55,10 +55,11 @@ COUNT_OUTPUT = "num_output_tokens"        # UINT32 [1]: the tokens the engine ge
 OUT_QUEUE = 64   # responses buffered per stream before the relay stops reading from the replica
 
 
-def requested_tokens(request: service_pb2.ModelInferRequest) -> int:
-    """max_tokens (times n, its choices) of a generation request's sampling_parameters (a JSON text; 0 when
-    max_tokens is absent or unreadable: front_door.lua then charges the model's default; a malformed value is
-    the model's to refuse)."""
+def requested_tokens(request: service_pb2.ModelInferRequest) -> tuple[int, int]:
+    """(max_tokens, n) of a generation request's sampling_parameters (a JSON text): max_tokens 0 when absent
+    or unreadable (front_door.lua then charges the model's default), n its choices (1..8; each generates up
+    to max_tokens: the charge is max_tokens, or the default, times n); a malformed value is the model's to
+    refuse."""
     for index, tensor in enumerate(request.inputs):
         if tensor.name != MAX_TOKENS_INPUT:
             continue
@@ -68,15 +69,15 @@ def requested_tokens(request: service_pb2.ModelInferRequest) -> int:
             raw = request.raw_input_contents[index]   # a serialized BYTES tensor: 4-byte length, then the bytes
             text = raw[4:4 + int.from_bytes(raw[:4], "little")]
         else:
-            return 0
+            return 0, 1
         try:
             params = json.loads(text)
             value, n = params.get("max_tokens"), params.get("n", 1)
         except (ValueError, AttributeError):
-            return 0
-        n = min(n, 8) if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1   # every choice generates
-        return value * n if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0
-    return 0
+            return 0, 1
+        n = min(n, 8) if isinstance(n, int) and not isinstance(n, bool) and n > 1 else 1
+        return (value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0), n
+    return 0, 1
 
 
 def malformed(request: service_pb2.ModelInferRequest) -> tuple[str, str] | None:
@@ -197,9 +198,9 @@ class Charger:
         refused, _ = await self.admit(tenant, model, max_tokens)
         return refused
 
-    async def admit(self, tenant: str, model: str, max_tokens: int) -> tuple[tuple[str, str] | None, int]:
+    async def admit(self, tenant: str, model: str, max_tokens: int, n: int = 1) -> tuple[tuple[str, str] | None, int]:
         """(None, tokens charged) when admitted, else ((code, message), 0)."""
-        answer = await self._ask({"tenant": tenant, "model": model, "max_tokens": max_tokens})
+        answer = await self._ask({"tenant": tenant, "model": model, "max_tokens": max_tokens, "n": n})
         if answer.get("code") != "OK":
             return (answer.get("code", "UNAVAILABLE"), answer.get("message", "")), 0
         return None, int(answer.get("charged") or 0)
@@ -258,7 +259,7 @@ class StreamAdmission:
                     refused, charged = malformed(request), 0
                     if refused is None:
                         refused, charged = await self.charge.admit(tenant, request.model_name,
-                                                                   requested_tokens(request))
+                                                                   *requested_tokens(request))
                     if refused is None:
                         if charged > 0:   # a generation: its unused tokens go back when it ends
                             pending.add(request.id, charged, ask_for_count(request))

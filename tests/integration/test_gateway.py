@@ -355,6 +355,15 @@ def test_generation_is_charged_its_tokens(generation_gateway):
                          {"text_input": "hi", "sampling_parameters": '{"max_tokens": 500}', "stream": True,
                           "exclude_input_in_output": True}, _bearer("gamma"))
     assert status == 400 and "more than the tenant's 100 tokens per minute" in body, (status, body)
+    # n choices without max_tokens: every choice may generate the model's default (128 here), at both doors
+    two = '{"n": 2, "temperature": 0.7}'
+    ((status, message),) = _stream_statuses(gateway.grpc_url, "gamma", [[text_input("text_input", ["hi"]),
+                                                                         text_input("sampling_parameters", [two])]],
+                                            model="text_generation")
+    assert status == "INVALID_ARGUMENT" and "256 tokens asked" in message, (status, message)
+    status, body = _http(gateway.http_url, "/v2/models/text_generation/generate_stream", "POST",
+                         {"text_input": "hi", "sampling_parameters": two, "stream": True}, _bearer("gamma"))
+    assert status == 400 and "256 tokens asked" in body, (status, body)
 
 
 def test_a_json_body_nested_past_the_bound_is_400_and_triton_stays_up(gateway, triton):

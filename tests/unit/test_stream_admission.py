@@ -29,8 +29,13 @@ def test_dimensions_outside_1_to_2_31_minus_1_are_refused():
     assert malformed(_request(shape=(2**31 - 1,))) is None
 
 
-def test_requested_tokens_reads_only_a_positive_integer_max_tokens():
-    assert requested_tokens(_request(sampling=b'{"max_tokens": 7}')) == 7
+def test_requested_tokens_reads_only_a_positive_integer_max_tokens_and_n_up_to_8():
+    assert requested_tokens(_request(sampling=b'{"max_tokens": 7}')) == (7, 1)
     for bad in (b'{"max_tokens": "7"}', b'{"max_tokens": true}', b'{"max_tokens": -1}', b"[1]", b"{", b"\xff"):
-        assert requested_tokens(_request(sampling=bad)) == 0
-    assert requested_tokens(_request()) == 0
+        assert requested_tokens(_request(sampling=bad)) == (0, 1)
+    assert requested_tokens(_request()) == (0, 1)
+    # n is read without max_tokens too: the model's default is then charged for every choice
+    assert requested_tokens(_request(sampling=b'{"n": 3}')) == (0, 3)
+    assert requested_tokens(_request(sampling=b'{"max_tokens": 5, "n": 40}')) == (5, 8)
+    for bad_n in (b'{"n": true}', b'{"n": "3"}', b'{"n": 0}', b'{"n": -2}', b'{"n": 2.5}'):
+        assert requested_tokens(_request(sampling=bad_n))[1] == 1
