@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
+from urllib.parse import urlsplit
 
 import numpy as np
 
@@ -131,6 +132,37 @@ def ndjson_sender(host: str, port: int, max_tokens: int = 48, path: str = "/gene
             times = []
             for line in response:
                 if line.strip() and "token" in json.loads(line):
+                    times.append(time.perf_counter() - start)
+            return StreamRecord(times, time.perf_counter() - start)
+        finally:
+            conn.close()
+
+    return send
+
+
+def sse_sender(base_url: str, model: str, max_tokens: int = 48, chat: bool = True) -> Callable[[str], StreamRecord]:
+    """POST an OpenAI `/v1/chat/completions` (or `/v1/completions`) request, streamed, greedy; a token time per
+    SSE event that carries text (as a client sees a delta). One connection per request, as the openai SDK's
+    default pool does per concurrent stream; the body is built before the clock starts."""
+    url = urlsplit(base_url)
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+
+    def send(prompt: str) -> StreamRecord:
+        fields = {"messages": [{"role": "user", "content": prompt}]} if chat else {"prompt": prompt}
+        body = json.dumps({"model": model, **fields, "max_tokens": max_tokens, "temperature": 0, "stream": True})
+        conn = http.client.HTTPConnection(url.hostname, url.port, timeout=600)
+        start = time.perf_counter()
+        try:
+            conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            if response.status != 200:
+                return StreamRecord(error=f"HTTP {response.status}: {response.read()[:200]!r}")
+            times = []
+            for line in response:
+                if not line.startswith(b"data: ") or line.startswith(b"data: [DONE]"):
+                    continue
+                choices = json.loads(line[6:]).get("choices") or ()
+                if any((c.get("delta") or {}).get("content") or c.get("text") for c in choices):
                     times.append(time.perf_counter() - start)
             return StreamRecord(times, time.perf_counter() - start)
         finally:

@@ -30,7 +30,7 @@ import logging
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -519,13 +519,21 @@ AIPERF_BEGIN = "<!-- AIPerf benchmark: written by `python -m perf study generati
 AIPERF_END = "<!-- AIPerf benchmark: end -->"
 
 
-@contextlib.contextmanager
-def aiperf_system(name: str, log: Callable[[str], None] = logger.info):
-    """One system alone, up for AIPerf; yields ([(label, target)...], pid of its process tree, load-to-ready s).
-    hotpath yields both of its doors (Triton's KServe generate_stream and the OpenAI API), one server."""
-    import tempfile
+@dataclass(frozen=True)
+class Door:
+    """One way into a system: `kind` triton-grpc (host:port), triton-http (http://host:port, KServe
+    generate_stream), openai-chat or openai-completions (http://host:port)."""
 
-    from hotpath.sweeps.measure.aiperf import Target
+    label: str
+    kind: str
+    url: str
+
+
+@contextlib.contextmanager
+def system_up(name: str, log: Callable[[str], None] = logger.info):
+    """One system alone; yields ([Door...], pid of its process tree, load-to-ready s). hotpath yields its three
+    doors (Triton's gRPC stream and KServe generate_stream, and the OpenAI API), one Triton, one API."""
+    import tempfile
 
     t0 = time.monotonic()
     if name == "hotpath":
@@ -533,27 +541,40 @@ def aiperf_system(name: str, log: Callable[[str], None] = logger.info):
         from hotpath.server.local_triton import LocalTriton, ServerPorts
         from hotpath.server.ports import free_ports
 
-        with tempfile.TemporaryDirectory(prefix="hotpath-aiperf-") as repo:
+        with tempfile.TemporaryDirectory(prefix="hotpath-doors-") as repo:
             (Path(repo) / ENDPOINT).symlink_to(paths.model_repository() / ENDPOINT)
             with LocalTriton(repository=Path(repo), ports=ServerPorts(*free_ports(3)), log=log) as server:
                 api_port, = free_ports(1)
                 with OpenAIServer(server.grpc_url, api_port, repository=Path(repo)):
-                    yield ([("hotpath kserve", Target.triton_generate(ENDPOINT, f"http://{server.http_url}")),
-                            ("hotpath openai", Target.openai_chat(ENDPOINT, f"http://127.0.0.1:{api_port}"))],
+                    yield ([Door("hotpath grpc", "triton-grpc", server.grpc_url),
+                            Door("hotpath kserve", "triton-http", f"http://{server.http_url}"),
+                            Door("hotpath openai", "openai-chat", f"http://127.0.0.1:{api_port}")],
                            server.process.pid, time.monotonic() - t0)
     elif name == "vllm":
         from perf.lab.compare.alternatives import vllm_server
 
         with vllm_server.serving(log=log) as (host, port, pid):
-            yield [("vLLM server", Target.openai_chat(ENDPOINT, f"http://{host}:{port}"))], pid, time.monotonic() - t0
+            yield [Door("vLLM server", "openai-chat", f"http://{host}:{port}")], pid, time.monotonic() - t0
     elif name == "llama.cpp":
         from perf.lab.compare.alternatives import llama_cpp
 
         with llama_cpp.serving(sequences=max(GENAI_CONCURRENCY), log=log) as (host, port):
-            yield ([("llama.cpp", Target.openai_completions(ENDPOINT, f"http://{host}:{port}"))], listener_pid(port),
+            yield ([Door("llama.cpp", "openai-completions", f"http://{host}:{port}")], listener_pid(port),
                    time.monotonic() - t0)
     else:
-        raise ValueError(f"unknown system {name!r} (AIPerf: {', '.join(AIPERF_SYSTEMS)})")
+        raise ValueError(f"unknown system {name!r} (one of {', '.join(AIPERF_SYSTEMS)})")
+
+
+@contextlib.contextmanager
+def aiperf_system(name: str, log: Callable[[str], None] = logger.info):
+    """One system alone, up for AIPerf; yields ([(label, target)...], pid, load-to-ready s): every door AIPerf
+    drives (hotpath: KServe generate_stream and the OpenAI API)."""
+    from hotpath.sweeps.measure.aiperf import Target
+
+    targets = {"triton-http": Target.triton_generate, "openai-chat": Target.openai_chat,
+               "openai-completions": Target.openai_completions}
+    with system_up(name, log) as (doors, pid, load_s):
+        yield [(d.label, targets[d.kind](ENDPOINT, d.url)) for d in doors if d.kind in targets], pid, load_s
 
 
 def aiperf_benchmark(systems: tuple[str, ...], concurrency: tuple[int, ...], requests: dict[int, int],

@@ -14,6 +14,7 @@ STUDIES: dict[str, tuple[str, str]] = {
     "fairness": ("perf.lab.studies.fairness", "a small tenant's latency beside one saturating the replica"),
     "failover": ("perf.lab.studies.failover", "a replica SIGKILLed under load behind the gateway and the balancer"),
     "generation_compare": ("perf.lab.compare.generation", "text generation vs llama.cpp and transformers"),
+    "generation_doors": ("perf.lab.compare.generation_doors", "text generation through every door and vLLM's own server"),
     "image_payload": ("perf.lab.studies.image_payload", "write a real-JPEG --input-data file for perf_analyzer"),
     "openai_api": ("perf.lab.compare.openai_api", "the OpenAI API's own cost, and /v1/embeddings vs infinity-emb"),
     "monitoring_snapshot": ("perf.lab.studies.monitoring_snapshot", "what the dashboards show under load"),
