@@ -157,18 +157,20 @@ def test_engine_request_n_and_return_logprobs():
 
 
 def test_a_grpc_stream_is_charged_for_every_choice():
-    """The gateway's stream admission charges max_tokens times n (the engine generates up to that much)."""
+    """The gateway's stream admission reads max_tokens and n (the charge is max_tokens, or the model's default,
+    times n: front_door.lua; the engine generates up to that much per choice)."""
     from tritonclient.grpc import service_pb2
 
     from hotpath.gateway.streams import requested_tokens
 
-    def charged(sampling: bytes) -> int:
+    def asked(sampling: bytes) -> tuple[int, int]:
         request = service_pb2.ModelInferRequest(model_name="text_generation")
         params = request.inputs.add(name="sampling_parameters", datatype="BYTES")
         params.shape.append(1)
         params.contents.bytes_contents.append(sampling)
         return requested_tokens(request)
 
-    assert charged(b'{"max_tokens": 7, "n": 3}') == 21 and charged(b'{"max_tokens": 7}') == 7
-    assert charged(b'{"max_tokens": 7, "n": 100}') == 56   # the model refuses n > 8; never charged more
-    assert charged(b'{"max_tokens": 7, "n": true}') == charged(b'{"max_tokens": 7, "n": "4"}') == 7
+    assert asked(b'{"max_tokens": 7, "n": 3}') == (7, 3) and asked(b'{"max_tokens": 7}') == (7, 1)
+    assert asked(b'{"n": 2}') == (0, 2)                      # the default, twice
+    assert asked(b'{"max_tokens": 7, "n": 100}') == (7, 8)   # the model refuses n > 8; never charged more
+    assert asked(b'{"max_tokens": 7, "n": true}') == asked(b'{"max_tokens": 7, "n": "4"}') == (7, 1)
