@@ -52,22 +52,33 @@ else
   say "$VENV is up to date"
 fi
 
+# side_venv DIR REQUIREMENTS WHAT [COMMAND...]: a venv of its own for packages whose pins conflict with .venv's,
+# reinstalled when REQUIREMENTS changes; COMMAND (run with the venv's python) follows each install.
+side_venv() {
+  local dir=$1 requirements=$2 what=$3
+  shift 3
+  if [ ! -x "$dir/bin/python" ]; then
+    say "creating $dir with $($PYTHON --version)"
+    "$PYTHON" -m venv "$dir"
+  fi
+  local stamp
+  stamp=$(sha256sum "$requirements" | cut -d' ' -f1)
+  if [ "$(cat "$dir/.hotpath-setup" 2>/dev/null)" != "$stamp" ]; then
+    say "installing $what ($requirements) into $dir"
+    "$dir/bin/python" -m pip install -q --upgrade "pip>=24"
+    "$dir/bin/python" -m pip install -q -r "$requirements"
+    if (($#)); then "$dir/bin/python" "$@"; fi
+    echo "$stamp" > "$dir/.hotpath-setup"
+  else
+    say "$dir is up to date"
+  fi
+}
+
 # text_generation's engine: vLLM's CPU build in an environment of its own (its numpy 2 / protobuf 7 pins
 # conflict with nvidia-pytriton and tritonclient). pip pulls CUDA builds of torchvision, torchaudio and
 # torchcodec that fail to import; a text-only model needs none of them.
-VLLM_VENV=${VLLM_VENV:-.venv-vllm}
-if [ ! -x "$VLLM_VENV/bin/python" ]; then
-  say "creating $VLLM_VENV with $($PYTHON --version)"
-  "$PYTHON" -m venv "$VLLM_VENV"
-fi
-vllm_stamp_file="$VLLM_VENV/.hotpath-setup"
-vllm_stamp=$(sha256sum requirements-vllm.txt | cut -d' ' -f1)
-if [ "$(cat "$vllm_stamp_file" 2>/dev/null)" != "$vllm_stamp" ]; then
-  say "installing vLLM (requirements-vllm.txt) into $VLLM_VENV (first run: about 6 minutes)"
-  "$VLLM_VENV/bin/python" -m pip install -q --upgrade "pip>=24"
-  "$VLLM_VENV/bin/python" -m pip install -q -r requirements-vllm.txt
-  "$VLLM_VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec
-  echo "$vllm_stamp" > "$vllm_stamp_file"
-else
-  say "$VLLM_VENV is up to date"
-fi
+side_venv "${VLLM_VENV:-.venv-vllm}" requirements-vllm.txt "vLLM (first run: about 6 minutes)" \
+  -m pip uninstall -q -y torchvision torchaudio torchcodec
+# tests: LiteLLM (tests/integration/test_openai_tools.py): litellm 1.110 needs importlib-metadata < 9, which
+# .venv's constraints pin at 10.2.
+side_venv "${LITELLM_VENV:-.venv-litellm}" requirements-litellm.txt "LiteLLM"

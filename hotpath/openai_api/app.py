@@ -50,6 +50,7 @@ from hotpath.openai_api.metrics import APIMetrics
 from hotpath.openai_api.schemas import (
     CHAT_REFUSED,
     COMPLETION_REFUSED,
+    DEPRECATED,
     ChatCompletionRequest,
     CompletionRequest,
     DetokenizeRequest,
@@ -61,6 +62,9 @@ from hotpath.openai_api.schemas import (
 )
 from hotpath.openai_api.tokenization import ModelTokenizer, check_ids, check_text
 from hotpath.openai_api.tokens import TokenCounter
+from hotpath.openai_api.tool_calling import tool_fault
+from hotpath.openai_api.tool_prompt import engine_messages
+from hotpath.openai_api.tool_stream import ToolStream, tool_chunks, tool_events
 from hotpath.openai_api.triton import Triton, tenancy_headers
 from hotpath.shared_state.cache_key import HIT_HEADER, NAMESPACE_HEADER
 from hotpath.shared_state.target import RedisTarget
@@ -286,9 +290,11 @@ class OpenAIAPI:
     async def chat(self, request: Request):
         body: ChatCompletionRequest = await self._body(request, ChatCompletionRequest)
         if refused := CHAT_REFUSED.check(body):
-            raise errors.unsupported(refused)
+            raise errors.unsupported(refused, DEPRECATED.get(refused))
         if fault := logprobs_fault(body):
             raise errors.invalid("'top_logprobs' needs 'logprobs': true", fault, "invalid_value")
+        if fault := tool_fault(body):
+            raise errors.invalid(*fault, "invalid_value")
         return await self._generate(request, self._model(body.model, "generation", chat=True), body, "messages")
 
     async def completions(self, request: Request):
@@ -370,8 +376,13 @@ class OpenAIAPI:
 
         async def events():
             try:
-                yield sse(completion.chunk(totals.text, None, first=True))
-                yield sse(completion.chunk(None, totals.finish_reason))
+                if completion.tools.active:
+                    for chunk in tool_chunks(completion, 0, ToolStream(completion.tools), totals.text, [],
+                                              totals.finish_reason):
+                        yield sse(chunk)
+                else:
+                    yield sse(completion.chunk(totals.text, None, first=True))
+                    yield sse(completion.chunk(None, totals.finish_reason))
                 if completion.include_usage:
                     yield sse(completion.usage_chunk(totals))
                 yield DONE
@@ -387,16 +398,9 @@ class OpenAIAPI:
                       store=None):
         try:
             totals.add(first)
-            for i in range(completion.n):   # each choice's first chunk (chat: with its role)
-                yield sse(completion.chunk(first.text_of(i), None, first=True, index=i, logprobs=first.logprobs_of(i)))
-            async for step in steps:
-                totals.add(step)
-                for i in range(completion.n):
-                    text, logprobs = step.text_of(i), step.logprobs_of(i)
-                    if text or logprobs:
-                        yield sse(completion.chunk(text, index=i, logprobs=logprobs))
-            for i in range(completion.n):
-                yield sse(completion.chunk(None, totals.of(i).finish_reason, index=i))
+            chunks = tool_events if completion.tools.active else _content_events
+            async for chunk in chunks(completion, first, steps, totals):
+                yield sse(chunk)
             if completion.include_usage:
                 yield sse(completion.usage_chunk(totals))
             yield DONE
@@ -433,8 +437,7 @@ class OpenAIAPI:
             if body.add_generation_prompt and body.continue_final_message:
                 raise errors.invalid("'continue_final_message' cannot be true with 'add_generation_prompt' true",
                                      "continue_final_message", "invalid_value")
-            messages = [{"role": "system" if m.role == "developer" else m.role, "content": m.text}
-                        for m in body.messages]
+            messages = engine_messages(body.messages)   # as the engine gets them (tool turns included)
             for i, m in enumerate(messages):
                 check_text(m["content"], f"messages[{i}].content")
             text = tokenizer.render(messages, body.add_generation_prompt, body.continue_final_message)
@@ -520,6 +523,20 @@ class _Slot:
             self.api.in_flight -= 1
             self.api.metrics.in_flight.dec()
         self.api.metrics.latency.labels(self.route).observe(time.perf_counter() - self.started)
+
+
+async def _content_events(completion: Completion, first, steps, totals: Totals):
+    """A stream's chunks, text deltas as content (each choice's first chunk with its role)."""
+    for i in range(completion.n):
+        yield completion.chunk(first.text_of(i), None, first=True, index=i, logprobs=first.logprobs_of(i))
+    async for step in steps:
+        totals.add(step)
+        for i in range(completion.n):
+            text, logprobs = step.text_of(i), step.logprobs_of(i)
+            if text or logprobs:
+                yield completion.chunk(text, index=i, logprobs=logprobs)
+    for i in range(completion.n):
+        yield completion.chunk(None, totals.of(i).finish_reason, index=i)
 
 
 def _check_texts(model: ServedModel, texts: list[str]) -> None:

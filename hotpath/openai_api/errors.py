@@ -39,7 +39,11 @@ def invalid(message: str, param: str | None = None, code: str | None = None) -> 
     return APIError(400, message, "invalid_request_error", param, code)
 
 
-def unsupported(param: str) -> APIError:
+def unsupported(param: str, instead: str | None = None) -> APIError:
+    """A field the server refuses; `instead`: the field to send in its place (a deprecated one's successor)."""
+    if instead:
+        return invalid(f"'{param}' is deprecated and not supported by this server: send '{instead}' instead",
+                       param, "unsupported_parameter")
     return invalid(f"'{param}' is not supported by this server: the engine cannot honour it "
                    "(send the field's default or leave it out)", param, "unsupported_parameter")
 

@@ -7,8 +7,11 @@ own chat template inside the model) or `text_input` (completions: the raw prompt
 `return_num_input_tokens`, `return_num_output_tokens` (true: usage and finish_reason come from the
 engine), `return_logprobs` (when the request asks for log-probabilities), `sampling_parameters` (JSON:
 max_tokens, temperature, top_p, seed, stop, n, logprobs (top log-probabilities per token), and
-structured_outputs for a response_format other than text, as JSON text the way Triton's vLLM backend
-takes it; only fields the request set). Responses: `text_output` (a delta per response when streaming, the whole text otherwise),
+structured_outputs for a response_format other than text, or for tool_choice required / a named function
+(hotpath.openai_api.tool_calling), as JSON text the way Triton's vLLM backend takes it; only fields the request
+set). A chat's tools and tool turns reach `messages` as plain turns (hotpath.openai_api.tool_prompt); its output
+is read back as tool calls, whole here, streamed in tool_stream. Responses: `text_output` (a delta per response
+when streaming, the whole text otherwise),
 `finish_reason` (stop | length | cancelled), `logprobs` (JSON: the engine's values for the same tokens), one
 element per choice each; `num_input_tokens`, `num_output_tokens` (every choice's tokens together).
 """
@@ -24,6 +27,8 @@ import numpy as np
 import tritonclient.grpc as grpcclient
 
 from hotpath.openai_api.schemas import ChatCompletionRequest, CompletionRequest
+from hotpath.openai_api.tool_calling import ToolPlan
+from hotpath.openai_api.tool_prompt import engine_messages
 
 # The tokens a generation produced, as the engine counted them, told to the tenant gateway in-band so that it
 # gives back the unused part of the max_tokens it charged (hotpath/gateway/usage.lua, which strips both
@@ -61,15 +66,17 @@ def sampling_parameters(request: ChatCompletionRequest | CompletionRequest) -> d
     if request.stops:
         params["stop"] = request.stops
     structured = request.response_format and request.response_format.structured_outputs()
+    if isinstance(request, ChatCompletionRequest):
+        structured = ToolPlan.of(request).constraint() or structured   # tool_fault refuses both at once
     if structured:
         params["structured_outputs"] = json.dumps(structured, ensure_ascii=False)
     return params
 
 
 def messages_json(request: ChatCompletionRequest) -> str:
-    """The conversation as the model's `messages` input ("developer" is OpenAI's newer name for system)."""
-    return json.dumps([{"role": "system" if m.role == "developer" else m.role, "content": m.text}
-                       for m in request.messages], ensure_ascii=False)
+    """The conversation as the model's `messages` input, with the tools when it may call them."""
+    tools = request.tools if ToolPlan.of(request).active else None
+    return json.dumps(engine_messages(request.messages, tools), ensure_ascii=False)
 
 
 def request_inputs(request: ChatCompletionRequest | CompletionRequest) -> list[grpcclient.InferInput]:
@@ -259,6 +266,7 @@ class Completion:
         self.top = request.top_logprobs_wanted   # None: no log-probabilities
         self._offsets = [0] * self.n             # a stream's text_offset per choice (completions)
         self._object = "chat.completion" if self.chat else "text_completion"
+        self.tools = ToolPlan.of(request) if self.chat else ToolPlan()
 
     def _logprobs(self, entries: list | None, index: int):
         if self.top is None:
@@ -275,8 +283,11 @@ class Completion:
         if not self.chat:
             return {"index": index, "text": text or "", "logprobs": rendered, "finish_reason": finish_reason}
         if whole:
-            return {"index": index, "message": {"role": "assistant", "content": text}, "logprobs": rendered,
-                    "finish_reason": finish_reason}
+            answer = self.tools.answer(text, finish_reason)
+            message = {"role": "assistant", "content": answer.content}
+            if answer.tool_calls:
+                message["tool_calls"] = answer.tool_calls
+            return {"index": index, "message": message, "logprobs": rendered, "finish_reason": answer.finish_reason}
         delta = {"role": "assistant", "content": text or ""} if first else ({"content": text} if text else {})
         return {"index": index, "delta": delta, "logprobs": rendered, "finish_reason": finish_reason}
 
@@ -291,9 +302,17 @@ class Completion:
 
     def chunk(self, text: str | None, finish_reason: str | None = None, first: bool = False, index: int = 0,
               logprobs: list | None = None) -> dict:
+        return self._chunk(self._choice(text, finish_reason, first, index=index, logprobs=logprobs))
+
+    def delta_chunk(self, delta: dict, finish_reason: str | None = None, index: int = 0,
+                    logprobs: list | None = None) -> dict:
+        """A chat chunk carrying `delta` as is (tool_stream's deltas)."""
+        rendered = self._logprobs(logprobs, index) if logprobs else None
+        return self._chunk({"index": index, "delta": delta, "logprobs": rendered, "finish_reason": finish_reason})
+
+    def _chunk(self, choice: dict) -> dict:
         out = {"id": self.id, "object": self._object + (".chunk" if self.chat else ""), "created": self.created,
-               "model": self.model, "choices": [self._choice(text, finish_reason, first, index=index,
-                                                             logprobs=logprobs)]}
+               "model": self.model, "choices": [choice]}
         if self.include_usage:
             out["usage"] = None
         return out

@@ -8,7 +8,9 @@ nothing (best_of = 1, an empty logit_bias, a zero penalty): clients and framewor
 the engine samples the choices and returns its own log-probabilities. Numbers are bounded here, before any tensor is built: no int reaches a tensor
 type it does not fit, no NaN or infinity reaches the sampler. `response_format` (text, json_object,
 json_schema) is honoured: the engine constrains its output (text_generation's `structured_outputs`), with
-the schema bounded here as the engine bounds it (hotpath.runtime.llm.request.check_constraint).
+the schema bounded here as the engine bounds it (hotpath.runtime.llm.request.check_constraint). Chat's
+`tools`, `tool_choice` and `parallel_tool_calls` are honoured (hotpath.openai_api.tool_calling); the legacy
+`functions` / `function_call` are refused, pointing at `tools`.
 """
 
 from __future__ import annotations
@@ -70,21 +72,60 @@ class TextPart(Strict):
     text: StrictStr
 
 
+class FunctionCall(Strict):
+    name: StrictStr
+    arguments: StrictStr   # JSON text, as OpenAI sends it
+
+
+class ToolCall(Strict):
+    """A call an assistant message made (sent back in the conversation)."""
+
+    id: StrictStr
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class Message(Strict):
-    role: Literal["system", "developer", "user", "assistant"]
-    content: StrictStr | Annotated[list[TextPart], Field(min_length=1)]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: StrictStr | Annotated[list[TextPart], Field(min_length=1)] | None = None
     name: StrictStr | None = None
+    tool_calls: list[ToolCall] | None = None   # assistant: the calls it made (content may then be null)
+    tool_call_id: StrictStr | None = None      # tool: the call this message answers
+
+    @model_validator(mode="after")
+    def _shape(self):
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError("'tool_calls' is allowed on assistant messages only")
+        if (self.role == "tool") != (self.tool_call_id is not None):
+            raise ValueError("'tool_call_id' is required on tool messages and allowed on no other")
+        if self.content is None and not (self.role == "assistant" and self.tool_calls):
+            raise ValueError("'content' is required (null only on an assistant message with tool_calls)")
+        return self
 
     @property
     def text(self) -> str:
+        if self.content is None:
+            return ""
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+Name = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]   # a schema's or a function's (OpenAI's rule)
+
+
+def bounded_schema(value: dict) -> dict:
+    """A JSON schema bounded as the engine bounds a structured-output constraint (a ValueError for pydantic)."""
+    try:
+        check_constraint("json", value, "the schema")
+    except InputError as exc:
+        raise ValueError(str(exc)) from None
+    return value
 
 
 class JSONSchema(Strict):
     """response_format.json_schema: OpenAI's shape; `strict` is accepted either way (the output is always
     held to the schema)."""
 
-    name: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    name: Name
     description: StrictStr | None = None
     schema_: dict = Field(alias="schema")
     strict: StrictBool | None = None
@@ -92,11 +133,7 @@ class JSONSchema(Strict):
     @field_validator("schema_")
     @classmethod
     def _bounded(cls, value):
-        try:
-            check_constraint("json", value, "the schema")
-        except InputError as exc:
-            raise ValueError(str(exc)) from None
-        return value
+        return bounded_schema(value)
 
 
 class ResponseFormat(Strict):
@@ -119,6 +156,57 @@ class ResponseFormat(Strict):
         if self.type == "json_schema":
             return {"json": self.json_schema.schema_}
         return None
+
+
+MAX_TOOLS = 128                     # OpenAI's limit of tools per request
+NO_ARGUMENTS = {"type": "object", "properties": {}}   # a function without `parameters` (OpenAI's meaning)
+
+
+def check_parameters(value: dict) -> dict:
+    """A function's `parameters`: a valid JSON schema (its own draft's meta-schema, 2020-12 by default) of an
+    object, bounded as a structured-output constraint (the engine enforces it on required and named calls)."""
+    from jsonschema import Draft202012Validator, SchemaError
+    from jsonschema.validators import validator_for
+
+    try:
+        validator_for(value, default=Draft202012Validator).check_schema(value)
+    except SchemaError as exc:
+        raise ValueError(f"not a valid JSON schema: {exc.message}"[:300]) from None
+    if value.get("type", "object") != "object":
+        raise ValueError("must be the JSON schema of an object (a function's arguments): 'type' must be 'object'")
+    return bounded_schema(value)
+
+
+class FunctionDefinition(Strict):
+    name: Name
+    description: StrictStr | None = None
+    parameters: dict | None = None
+    strict: StrictBool | None = None   # accepted either way: a required or named call is always held to it
+
+    @field_validator("parameters")
+    @classmethod
+    def _schema(cls, value):
+        return value if value is None else check_parameters(value)
+
+    @property
+    def arguments_schema(self) -> dict:
+        return NO_ARGUMENTS if self.parameters is None else self.parameters
+
+
+class Tool(Strict):
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class FunctionName(Strict):
+    name: StrictStr
+
+
+class NamedToolChoice(Strict):
+    """tool_choice {"type": "function", "function": {"name"}}: that function must be called."""
+
+    type: Literal["function"]
+    function: FunctionName
 
 
 Stop = StrictStr | Annotated[list[StrictStr], Field(max_length=MAX_STOP)] | None
@@ -184,8 +272,8 @@ class Sampling(Strict):
 class ChatCompletionRequest(Sampling):
     messages: Annotated[list[Message], Field(min_length=1, max_length=MAX_MESSAGES)]
     max_completion_tokens: Annotated[StrictInt, Field(ge=1, le=2 ** 31 - 1)] | None = None
-    tools: list | None = None
-    tool_choice: StrictStr | dict | None = None
+    tools: Annotated[list[Tool], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     functions: list | None = None
     function_call: StrictStr | dict | None = None
     parallel_tool_calls: StrictBool | None = None
@@ -238,9 +326,11 @@ def logprobs_fault(request: Sampling) -> str | None:
 
 _NOTHING = (None,)
 _SAMPLING_REFUSED = dict(logit_bias=(None, {}), presence_penalty=(None, 0, 0.0), frequency_penalty=(None, 0, 0.0), best_of=(None, 1))
-CHAT_REFUSED = Unsupported(**_SAMPLING_REFUSED, tools=(None, []), tool_choice=(None, "none"), functions=(None, []),
-                           function_call=(None, "none"),
-                           parallel_tool_calls=_NOTHING, modalities=(None, ["text"]), audio=_NOTHING,
+# functions / function_call: OpenAI's deprecated spelling of tools / tool_choice, refused (errors.unsupported
+# names the replacement: DEPRECATED).
+DEPRECATED = {"functions": "tools", "function_call": "tool_choice"}
+CHAT_REFUSED = Unsupported(**_SAMPLING_REFUSED, functions=(None, []), function_call=(None, "none"),
+                           modalities=(None, ["text"]), audio=_NOTHING,
                            prediction=_NOTHING, reasoning_effort=_NOTHING, service_tier=(None, "auto", "default"),
                            store=(None, False), metadata=_NOTHING)
 COMPLETION_REFUSED = Unsupported(**_SAMPLING_REFUSED, top_logprobs=(None, 0), echo=(None, False), suffix=(None, ""))

@@ -70,3 +70,21 @@ def grpc_url(triton):
 @pytest.fixture(scope="session")
 def generation_url(generation_triton):
     return generation_triton.grpc_url
+
+
+@pytest.fixture(scope="module")
+def chat_api(generation_triton):
+    """The OpenAI-compatible API beside the session's text_generation server, one per test module."""
+    from hotpath.openai_api.openai_server import OpenAIServer
+
+    with OpenAIServer(generation_triton.grpc_url, free_ports(1)[0], generation_triton.repository) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def chat_sdk(chat_api):
+    """The official openai SDK on `chat_api`."""
+    import openai
+
+    with openai.OpenAI(base_url=chat_api.base_url, api_key="unused", max_retries=0) as client:
+        yield client

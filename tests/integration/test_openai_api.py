@@ -60,19 +60,6 @@ def api(triton):
 
 
 @pytest.fixture(scope="module")
-def chat_api(generation_triton):
-    """The API beside the session's text_generation server (tests/integration/conftest.py)."""
-    with OpenAIServer(generation_triton.grpc_url, free_ports(1)[0], generation_triton.repository) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def chat_sdk(chat_api):
-    with openai.OpenAI(base_url=chat_api.base_url, api_key="unused", max_retries=0) as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
 def sdk(api):
     with openai.OpenAI(base_url=api.base_url, api_key="unused", max_retries=0) as client:
         yield client

@@ -27,24 +27,11 @@ from hotpath.gateway.config import TenantGatewaySettings
 from hotpath.gateway.openai_door import openai_config
 from hotpath.gateway.tenant_gateway import TenantGateway
 from hotpath.gateway.tenants import Scopes, Tenant, new_token
-from hotpath.openai_api.openai_server import OpenAIServer
 from hotpath.server.ports import free_ports
 
 GEN = "text_generation"
 PROMPT = [{"role": "system", "content": "You answer in one short sentence."},
           {"role": "user", "content": "What is the capital of France?"}]
-
-
-@pytest.fixture(scope="module")
-def api(generation_triton):
-    with OpenAIServer(generation_triton.grpc_url, free_ports(1)[0], generation_triton.repository) as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
-def sdk(api):
-    with openai.OpenAI(base_url=api.base_url, api_key="unused", max_retries=0) as client:
-        yield client
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +44,8 @@ def tokenizer(export):
     return Tokenizer.from_file(str(export / "tokenizer.json"))
 
 
-def _post(api, path: str, body) -> tuple[int, dict]:
-    conn = http.client.HTTPConnection(api.host, api.port, timeout=120)
+def _post(chat_api, path: str, body) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection(chat_api.host, chat_api.port, timeout=120)
     try:
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
         conn.request("POST", path, raw, {"content-type": "application/json"})
@@ -81,8 +68,8 @@ def _check_chat_entry(entry, top: int) -> None:
 
 # -- chat: logprobs / top_logprobs
 
-def test_chat_logprobs_are_consistent_with_the_text(sdk):
-    answer = sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_tokens=16, logprobs=True,
+def test_chat_logprobs_are_consistent_with_the_text(chat_sdk):
+    answer = chat_sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_tokens=16, logprobs=True,
                                          top_logprobs=5)
     choice = answer.choices[0]
     content = choice.logprobs.content
@@ -95,14 +82,14 @@ def test_chat_logprobs_are_consistent_with_the_text(sdk):
     assert all(len({t.token for t in e.top_logprobs}) >= 4 for e in content)
 
 
-def test_chat_top_logprobs_zero_and_no_logprobs(sdk):
-    chosen = sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_tokens=6, logprobs=True)
+def test_chat_top_logprobs_zero_and_no_logprobs(chat_sdk):
+    chosen = chat_sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_tokens=6, logprobs=True)
     assert all(e.top_logprobs == [] for e in chosen.choices[0].logprobs.content)
-    plain = sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_tokens=6)
+    plain = chat_sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_tokens=6)
     assert plain.choices[0].logprobs is None
     assert plain.choices[0].message.content == chosen.choices[0].message.content
     # the chosen token's logprob does not depend on how many alternatives were asked for
-    top = sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_tokens=6, logprobs=True,
+    top = chat_sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_tokens=6, logprobs=True,
                                       top_logprobs=20)
     assert [e.token for e in top.choices[0].logprobs.content] == [e.token for e in chosen.choices[0].logprobs.content]
     for a, b in zip(top.choices[0].logprobs.content, chosen.choices[0].logprobs.content):
@@ -119,9 +106,9 @@ def _output_tokens(triton) -> float:
                if sample.name == "hotpath_usage_output_tokens_total" and sample.labels.get("model") == GEN)
 
 
-def test_n_choices_are_indexed_and_all_counted(sdk, generation_triton):
+def test_n_choices_are_indexed_and_all_counted(chat_sdk, generation_triton):
     before = _output_tokens(generation_triton)
-    answer = sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=1.0, seed=7, max_tokens=12, n=3,
+    answer = chat_sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=1.0, seed=7, max_tokens=12, n=3,
                                          logprobs=True)
     assert [c.index for c in answer.choices] == [0, 1, 2]
     lengths = [len(c.logprobs.content) for c in answer.choices]
@@ -131,9 +118,9 @@ def test_n_choices_are_indexed_and_all_counted(sdk, generation_triton):
     assert answer.usage.completion_tokens == sum(lengths) + ends
     assert _output_tokens(generation_triton) - before == answer.usage.completion_tokens   # metered: every choice
     assert len({c.message.content for c in answer.choices}) > 1   # sampled: not three copies (seed 7)
-    greedy = sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_tokens=8, n=2)
+    greedy = chat_sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_tokens=8, n=2)
     assert greedy.choices[0].message.content == greedy.choices[1].message.content
-    assert greedy.usage.completion_tokens == 2 * sdk.chat.completions.create(
+    assert greedy.usage.completion_tokens == 2 * chat_sdk.chat.completions.create(
         model=GEN, messages=PROMPT, temperature=0, max_tokens=8).usage.completion_tokens
 
 
@@ -148,10 +135,10 @@ def _reassemble_chat(chunks, n: int):
     return texts, entries, reasons
 
 
-def test_streamed_n2_reassembles_to_the_whole_answer(sdk):
+def test_streamed_n2_reassembles_to_the_whole_answer(chat_sdk):
     args = dict(model=GEN, messages=PROMPT, temperature=0, max_tokens=14, n=2, logprobs=True, top_logprobs=2)
-    whole = sdk.chat.completions.create(**args)
-    chunks = list(sdk.chat.completions.create(**args, stream=True, stream_options={"include_usage": True}))
+    whole = chat_sdk.chat.completions.create(**args)
+    chunks = list(chat_sdk.chat.completions.create(**args, stream=True, stream_options={"include_usage": True}))
     texts, entries, reasons = _reassemble_chat(chunks, 2)
     assert {c.index for chunk in chunks for c in chunk.choices} == {0, 1}
     assert texts == [c.message.content for c in whole.choices]
@@ -172,8 +159,8 @@ def test_streamed_n2_reassembles_to_the_whole_answer(sdk):
 
 # -- completions: the legacy logprobs shape
 
-def test_completions_logprobs_legacy_shape(sdk):
-    answer = sdk.completions.create(model=GEN, prompt="The capital of France is", temperature=0, max_tokens=10,
+def test_completions_logprobs_legacy_shape(chat_sdk):
+    answer = chat_sdk.completions.create(model=GEN, prompt="The capital of France is", temperature=0, max_tokens=10,
                                     logprobs=3)
     choice = answer.choices[0]
     lp = choice.logprobs
@@ -188,11 +175,11 @@ def test_completions_logprobs_legacy_shape(sdk):
         assert max(top.values()) == pytest.approx(logprob, abs=1e-5)   # greedy: the chosen token is the best
 
 
-def test_completions_streamed_n2_equal_whole(sdk):
+def test_completions_streamed_n2_equal_whole(chat_sdk):
     args = dict(model=GEN, prompt="Once upon a time", temperature=0, max_tokens=10, n=2, logprobs=2)
-    whole = sdk.completions.create(**args)
+    whole = chat_sdk.completions.create(**args)
     texts, tokens, offsets = ["", ""], [[], []], [[], []]
-    for chunk in sdk.completions.create(**args, stream=True):
+    for chunk in chat_sdk.completions.create(**args, stream=True):
         for c in chunk.choices:
             texts[c.index] += c.text
             if c.logprobs is not None:
@@ -227,20 +214,20 @@ def _corpus(seed: int = 5):
     return cases
 
 
-def test_bad_values_are_400_naming_the_field(api):
+def test_bad_values_are_400_naming_the_field(chat_api):
     for extra, field in _corpus():
-        status, body = _post(api, "/v1/chat/completions", {"model": GEN, "messages": PROMPT, **extra})
+        status, body = _post(chat_api, "/v1/chat/completions", {"model": GEN, "messages": PROMPT, **extra})
         assert status == 400 and body["error"]["param"] == field, (extra, body)
         assert "Traceback" not in body["error"]["message"]
     for field, value in COMPLETION_BAD:
-        status, body = _post(api, "/v1/completions", {"model": GEN, "prompt": "Hi", field: value})
+        status, body = _post(chat_api, "/v1/completions", {"model": GEN, "prompt": "Hi", field: value})
         assert status == 400 and body["error"]["param"] == field, (field, value, body)
     # top_logprobs without logprobs: OpenAI's rule
-    status, body = _post(api, "/v1/chat/completions", {"model": GEN, "messages": PROMPT, "top_logprobs": 3})
+    status, body = _post(chat_api, "/v1/chat/completions", {"model": GEN, "messages": PROMPT, "top_logprobs": 3})
     assert status == 400 and body["error"]["param"] == "top_logprobs"
     # the SDK types them
     with pytest.raises(openai.BadRequestError) as err:
-        openai.OpenAI(base_url=api.base_url, api_key="x", max_retries=0).chat.completions.create(
+        openai.OpenAI(base_url=chat_api.base_url, api_key="x", max_retries=0).chat.completions.create(
             model=GEN, messages=PROMPT, n=9)
     assert err.value.body["param"] == "n"
 
@@ -260,42 +247,42 @@ def _unicode(text: str) -> bool:
     return True
 
 
-def test_tokenize_detokenize_equal_the_tokenizer(api, tokenizer, generation_triton):
+def test_tokenize_detokenize_equal_the_tokenizer(chat_api, tokenizer, generation_triton):
     texts = ODD + [t for t in multilingual_corpus(per_locale=1, random_strings=40, seed=11)[:120] if _unicode(t)]
     for text in texts:
-        status, body = _post(api, "/tokenize", {"model": GEN, "prompt": text})
+        status, body = _post(chat_api, "/tokenize", {"model": GEN, "prompt": text})
         assert status == 200, body
         want = tokenizer.encode(text).ids
         assert body["tokens"] == want and body["count"] == len(want) and body["max_model_len"] == 1024
-        status, back = _post(api, "/detokenize", {"model": GEN, "tokens": want})
+        status, back = _post(chat_api, "/detokenize", {"model": GEN, "tokens": want})
         assert status == 200 and back["prompt"] == tokenizer.decode(want, skip_special_tokens=False)
         if tokenizer.decode(want, skip_special_tokens=False) == text:   # byte-level BPE: a round trip
             assert back["prompt"] == text
     assert len(texts[len(ODD) - 1]) > 100_000
-    status, body = _post(api, "/tokenize", {"model": GEN, "prompt": "Hi", "return_token_strs": True})
+    status, body = _post(chat_api, "/tokenize", {"model": GEN, "prompt": "Hi", "return_token_strs": True})
     assert body["token_strs"] == [tokenizer.id_to_token(i) for i in body["tokens"]]
-    status, body = _post(api, "/detokenize", {"model": GEN, "tokens": []})
+    status, body = _post(chat_api, "/detokenize", {"model": GEN, "tokens": []})
     assert status == 200 and body == {"prompt": ""}
 
 
-def test_tokenize_chat_equals_the_template_and_the_engine(api, sdk, export):
+def test_tokenize_chat_equals_the_template_and_the_engine(chat_api, chat_sdk, export):
     hf = AutoTokenizer.from_pretrained(str(export))
     conversations = [PROMPT, [{"role": "user", "content": "Héllo 👋 <b>"}],
                      [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
                       {"role": "user", "content": "c"}]]
     for messages in conversations:
         for add in (True, False):
-            status, body = _post(api, "/tokenize", {"model": GEN, "messages": messages,
+            status, body = _post(chat_api, "/tokenize", {"model": GEN, "messages": messages,
                                                     "add_generation_prompt": add})
             assert status == 200, body
             text = hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=add)
             assert body["tokens"] == hf.encode(text, add_special_tokens=False)
     # what the engine counted for the same chat
-    status, body = _post(api, "/tokenize", {"model": GEN, "messages": PROMPT})
-    used = sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_tokens=1)
+    status, body = _post(chat_api, "/tokenize", {"model": GEN, "messages": PROMPT})
+    used = chat_sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_tokens=1)
     assert used.usage.prompt_tokens == body["count"]
     # continue_final_message: the rendered chat cut after the final message
-    status, body = _post(api, "/tokenize", {"model": GEN, "add_generation_prompt": False,
+    status, body = _post(chat_api, "/tokenize", {"model": GEN, "add_generation_prompt": False,
                                             "continue_final_message": True,
                                             "messages": [{"role": "user", "content": "Hi"},
                                                          {"role": "assistant", "content": "Hel"}]})
@@ -309,8 +296,8 @@ def test_tokenize_chat_equals_the_template_and_the_engine(api, sdk, export):
     ({"model": GEN, "tokens": ["1"]}, "tokens[0]"), ({"model": GEN, "tokens": [True]}, "tokens[0]"),
     ({"model": GEN, "tokens": "12"}, "tokens"), ({"model": GEN}, "tokens"), ({"tokens": [1]}, "model"),
 ])
-def test_detokenize_bad_ids_are_400_naming_the_field(api, body, param):
-    status, answer = _post(api, "/detokenize", body)
+def test_detokenize_bad_ids_are_400_naming_the_field(chat_api, body, param):
+    status, answer = _post(chat_api, "/detokenize", body)
     assert status == 400 and answer["error"]["param"] == param, answer
 
 
@@ -322,33 +309,33 @@ def test_detokenize_bad_ids_are_400_naming_the_field(api, body, param):
     ({"model": GEN, "messages": []}, "messages"), ({"model": GEN, "messages": PROMPT, "tools": []}, "tools"),
     ({"model": GEN, "prompt": "a", "extra": 1}, "extra"),
 ])
-def test_tokenize_bad_bodies_are_400_naming_the_field(api, body, param):
-    status, answer = _post(api, "/tokenize", body)
+def test_tokenize_bad_bodies_are_400_naming_the_field(chat_api, body, param):
+    status, answer = _post(chat_api, "/tokenize", body)
     assert status == 400 and answer["error"]["param"] == param, answer
 
 
-def test_lone_surrogates_are_refused_as_json(api):
+def test_lone_surrogates_are_refused_as_json(chat_api):
     """A lone surrogate escape is not Unicode text: the API's JSON parser refuses the body (400)."""
     for body in (b'{"model": "text_generation", "prompt": "a\\ud800"}',
                  b'{"model": "text_generation", "messages": [{"role": "user", "content": "\\udfff"}]}'):
-        status, answer = _post(api, "/tokenize", body)
+        status, answer = _post(chat_api, "/tokenize", body)
         assert status == 400 and answer["error"]["code"] == "invalid_json", answer
 
 
-def test_tokenize_unknown_model_is_404(api):
+def test_tokenize_unknown_model_is_404(chat_api):
     for path, body in (("/tokenize", {"model": "nope", "prompt": "a"}), ("/detokenize", {"model": "nope", "tokens": []})):
-        status, answer = _post(api, path, body)
+        status, answer = _post(chat_api, path, body)
         assert status == 404 and answer["error"]["code"] == "model_not_found", answer
 
 
-def test_gateway_tokenize_scopes_and_choices_charged(generation_triton, api):
+def test_gateway_tokenize_scopes_and_choices_charged(generation_triton, chat_api):
     granted, other = new_token(), new_token()
     tenants = (Tenant("granted", granted, scopes=Scopes(endpoints=(GEN,)), tokens_per_min=100),
                Tenant("other", other, scopes=Scopes(endpoints=("text_embedding",))))
     grpc_port, http_port, openai_port = free_ports(3)
     settings = TenantGatewaySettings(grpc_port, http_port, (generation_triton.grpc_url,),
                                      (generation_triton.http_url,), tenants, openai_port=openai_port,
-                                     openai_upstreams=(f"{api.host}:{api.port}",),
+                                     openai_upstreams=(f"{chat_api.host}:{chat_api.port}",),
                                      openai=openai_config(generation_triton.repository))
     with TenantGateway(settings):
         for token, want in ((granted, 200), (other, 403)):

@@ -78,16 +78,16 @@ def test_message_roles_and_parts():
         '{"model": "m", "messages": [{"role": "developer", "content": "be brief"}, '
         '{"role": "user", "content": [{"type": "text", "text": "hel"}, {"type": "text", "text": "lo"}]}]}')
     assert [m.text for m in body.messages] == ["be brief", "hello"]
-    assert _error(ChatCompletionRequest, '{"model": "m", "messages": [{"role": "tool", "content": "x"}]}').param \
+    assert _error(ChatCompletionRequest, '{"model": "m", "messages": [{"role": "function", "content": "x"}]}').param \
         == "messages[0].role"
     image = '{"model": "m", "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}'
     assert _error(ChatCompletionRequest, image).param.startswith("messages[0].content")
 
 
 @pytest.mark.parametrize("extra, refused", [
-    (', "best_of": 2', "best_of"), (', "tools": [{"type": "function"}]', "tools"),
+    (', "best_of": 2', "best_of"), (', "functions": [{"name": "f"}]', "functions"),
     (', "logit_bias": {"50256": -100}', "logit_bias"), (', "presence_penalty": 0.5', "presence_penalty"),
-    (', "frequency_penalty": 1', "frequency_penalty"), (', "tool_choice": "auto"', "tool_choice"),
+    (', "frequency_penalty": 1', "frequency_penalty"), (', "function_call": "auto"', "function_call"),
 ])
 def test_fields_the_engine_cannot_honour_are_refused(extra, refused):
     assert CHAT_REFUSED.check(ChatCompletionRequest.model_validate_json(CHAT % extra)) == refused
