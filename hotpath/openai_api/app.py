@@ -60,6 +60,7 @@ from hotpath.openai_api.schemas import (
     logprobs_fault,
     min_tokens_fault,
 )
+from hotpath.openai_api.stream_phases import StreamPhases
 from hotpath.openai_api.tokenization import ModelTokenizer, check_ids, check_text
 from hotpath.openai_api.tokens import TokenCounter
 from hotpath.openai_api.tool_calling import tool_fault
@@ -324,11 +325,14 @@ class OpenAIAPI:
             return json_response(completion.whole(totals),
                                  headers=self._generated(store and {HIT_HEADER: "miss"}, totals.completion_tokens)
                                  ), model.id
+        phases = StreamPhases(self.metrics.phase, request.state.slot.started)
+        phases.mark("receive")
         # The first response decides the status: an error before it is an HTTP error, after it an error event.
         first = await anext(steps)
+        phases.mark("first_response")
         headers = {"cache-control": "no-cache", **({HIT_HEADER: "miss"} if store else {})}
-        return StreamingResponse(self._events(request.state.slot, model, completion, first, steps, totals, store),
-                                 media_type="text/event-stream", headers=headers), model.id
+        return StreamingResponse(self._events(request.state.slot, model, completion, first, steps, totals, store,
+                                              phases), media_type="text/event-stream", headers=headers), model.id
 
     async def _cached_answer(self, request: Request, model: ServedModel, body, completion: Completion):
         """A cached answer's response; else a function that stores the answer once generated (None: not
@@ -395,12 +399,15 @@ class OpenAIAPI:
                                  headers={"cache-control": "no-cache", **headers})
 
     async def _events(self, slot: _Slot, model: ServedModel, completion: Completion, first, steps, totals: Totals,
-                      store=None):
+                      store, phases: StreamPhases):
         try:
             totals.add(first)
             chunks = tool_events if completion.tools.active else _content_events
-            async for chunk in chunks(completion, first, steps, totals):
-                yield sse(chunk)
+            async for chunk in chunks(completion, first, phases.steps(steps), totals):
+                data = sse(chunk)
+                phases.mark("relay")
+                yield data
+                phases.mark("write")
             if completion.include_usage:
                 yield sse(completion.usage_chunk(totals))
             yield DONE

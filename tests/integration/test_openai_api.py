@@ -400,6 +400,37 @@ def test_chat_greedy_streamed_equals_not_streamed(chat_sdk):
 
 
 @chat
+def test_a_streamed_chat_is_broken_down_into_phases_that_tile_it(chat_sdk, chat_api):
+    """The phase histogram (hotpath.openai_api.stream_phases): one receive and one first_response per stream,
+    a relay and a write per chunk, a triton wait per response after the first; the phases sum to at most
+    the request's own latency."""
+    phase = "hotpath_openai_generation_phase_seconds"
+
+    def counts():
+        return {p: (_metric(chat_api, f"{phase}_count", phase=p), _metric(chat_api, f"{phase}_sum", phase=p))
+                for p in ("receive", "first_response", "relay", "write", "triton")}
+
+    def latency():
+        return (_metric(chat_api, "hotpath_openai_request_duration_seconds_count", route="chat"),
+                _metric(chat_api, "hotpath_openai_request_duration_seconds_sum", route="chat"))
+
+    before, (requests, spent) = counts(), latency()
+    chunks = list(chat_sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_tokens=12,
+                                                   stream=True))
+    deadline = time.monotonic() + 10
+    while latency()[0] == requests and time.monotonic() < deadline:   # observed once the stream's task ends
+        time.sleep(0.05)
+    after, took = counts(), latency()[1] - spent
+    gained = {p: (after[p][0] - before[p][0], after[p][1] - before[p][1]) for p in after}
+    assert gained["receive"][0] == gained["first_response"][0] == 1
+    content_chunks = len(chunks)   # the role's chunk, a delta per response after it, the finish chunk
+    assert gained["relay"][0] == gained["write"][0] == content_chunks
+    assert 1 <= gained["triton"][0] <= content_chunks - 1
+    assert all(seconds >= 0 for _, seconds in gained.values())
+    assert sum(seconds for _, seconds in gained.values()) <= took + 1e-3
+
+
+@chat
 def test_chat_length_and_stop(chat_sdk):
     sdk = chat_sdk
     short = sdk.chat.completions.create(model=GEN, messages=PROMPT, temperature=0, max_completion_tokens=2)

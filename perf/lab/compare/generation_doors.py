@@ -11,7 +11,9 @@ servers on a 2-core host, where AIPerf's own processes took a share of the cores
 One system is up at a time (hotpath's two doors share its server); at each concurrency the doors of a
 system alternate `--repeats` times, so drift hits both alike. The OpenAI door's own cost per request is
 the difference to the gRPC door: TTFT (receive, parse, the gRPC stream's set-up, the first relay) and ITL
-(the relay of each token: a gRPC response parsed, a chunk built and written as SSE).
+(the relay of each token: a gRPC response parsed, a chunk built and written as SSE). The API's own phase
+histogram (hotpath.openai_api.stream_phases), read before and after each of its points, breaks a request
+down from inside the API.
 
     python -m perf study generation_doors                      # c=1 and 8; section of perf/reports/text_generation.md
     python -m perf study generation_doors --system hotpath --concurrency 8 --repeats 3
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Callable
 from urllib.parse import urlsplit
@@ -52,6 +55,56 @@ from perf.lab.studies import runner
 DOORS_BEGIN = "<!-- every door: written by `python -m perf study generation_doors` -->"
 DOORS_END = "<!-- every door: end -->"
 CONCURRENCY = (1, 8)
+PHASE_METRIC = "hotpath_openai_generation_phase_seconds"
+
+
+def phase_totals(door) -> dict[str, tuple[float, float]]:
+    """{phase: (seconds, count)} so far from an OpenAI door's /metrics ({}: a door without the histogram)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    if door.kind != "openai-chat":
+        return {}
+    try:
+        with urllib.request.urlopen(door.url + "/metrics", timeout=10) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    totals: dict[str, list[float]] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name != PHASE_METRIC:
+            continue
+        for sample in family.samples:
+            slot = {PHASE_METRIC + "_sum": 0, PHASE_METRIC + "_count": 1}.get(sample.name)
+            if slot is not None:
+                totals.setdefault(sample.labels["phase"], [0.0, 0.0])[slot] = sample.value
+    return {phase: (t[0], t[1]) for phase, t in totals.items()}
+
+
+def add_phases(point: dict, before: dict, after: dict) -> None:
+    """Adds to `point` what each phase gained from `before` to `after` (phase_totals' snapshots)."""
+    for phase, (seconds, count) in after.items():
+        was, have = before.get(phase, (0.0, 0.0)), point.get(phase, (0.0, 0.0))
+        point[phase] = (have[0] + seconds - was[0], have[1] + count - was[1])
+
+
+def phases_table(phases: dict[tuple[str, int], dict[str, tuple[float, float]]]) -> list[str]:
+    """Per request: each phase's milliseconds (its sum over the point / the requests); per chunk: relay and
+    write in microseconds."""
+    from hotpath.openai_api.stream_phases import PHASES
+
+    phases = {key: totals for key, totals in phases.items() if totals}
+    if not phases:
+        return []
+    lines = ["Inside the OpenAI door, per request (ms; relay and write also per chunk, in us), from its "
+             f"`{PHASE_METRIC}` histogram:\n",
+             "| door | c | " + " | ".join(PHASES) + " | relay / chunk | write / chunk |",
+             "|---|---:|" + "---:|" * (len(PHASES) + 2)]
+    for (label, c), totals in sorted(phases.items()):
+        requests = totals.get("receive", (0.0, 0.0))[1] or 1.0
+        per_request = [f"{totals.get(p, (0.0, 0.0))[0] * 1e3 / requests:.2f}" for p in PHASES]
+        per_chunk = [f"{t[0] * 1e6 / t[1]:.0f}" if (t := totals.get(p)) and t[1] else "-" for p in ("relay", "write")]
+        lines.append(f"| {label} | {c} | " + " | ".join(per_request + per_chunk) + " |")
+    return lines
 
 
 def sender(door, max_tokens: int) -> Callable[[str], StreamRecord] | None:
@@ -70,24 +123,27 @@ def sender(door, max_tokens: int) -> Callable[[str], StreamRecord] | None:
 
 def measure(systems: tuple[str, ...], concurrency: tuple[int, ...], rounds: int, repeats: int, max_tokens: int,
             log: Callable[[str], None] = print):
-    """Rows (one per door and concurrency), {system: (load-to-ready s, peak RSS MiB)}, run notes."""
-    rows, costs, notes = [], {}, []
+    """Rows (one per door and concurrency), {system: (load-to-ready s, peak RSS MiB)}, run notes, and
+    {(door, c): {phase: (seconds, count)}} of the doors with a phase histogram."""
+    rows, costs, notes, phases = [], {}, [], {}
     for name in systems:
         wait_quiet(log)
         with system_up(name, log) as (doors, pid, load_s):
             log(f"[doors] {name}: ready in {load_s:.1f} s")
-            senders = [(d.label, s) for d in doors if (s := sender(d, max_tokens)) is not None]
+            senders = [(d, s) for d in doors if (s := sender(d, max_tokens)) is not None]
             for _, send in senders:   # warm-up: the first requests of each door (graphs, connections)
                 run_load(send, 2, rounds=1)
             rss = tree_rss_mb(pid)
             for c in concurrency:
-                records = {label: ([], 0.0) for label, _ in senders}
+                records = {door.label: ([], 0.0) for door, _ in senders}
                 others = wait_quiet(log)
                 for _ in range(repeats):
-                    for label, send in senders:
+                    for door, send in senders:
+                        before = phase_totals(door)
                         got, wall = run_load(send, c, rounds)
-                        kept, total = records[label]
-                        records[label] = (kept + got, total + wall)
+                        add_phases(phases.setdefault((door.label, c), {}), before, phase_totals(door))
+                        kept, total = records[door.label]
+                        records[door.label] = (kept + got, total + wall)
                 rss = max(rss, tree_rss_mb(pid))
                 for label, (got, wall) in records.items():
                     s = summarize(label, c, got, wall)
@@ -97,7 +153,7 @@ def measure(systems: tuple[str, ...], concurrency: tuple[int, ...], rounds: int,
                 if others is not None:
                     notes.append(f"{name} c={c}: other processes {others:.2f} cores before the point")
             costs[name] = (load_s, rss)
-    return rows, costs, notes
+    return rows, costs, notes, phases
 
 
 def goals(rows: list[StreamingStats]) -> list[str]:
@@ -141,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     from hotpath.tuning.hardware_key import HardwareKey
 
     t0 = time.perf_counter()
-    rows, costs, notes = measure(tuple(args.system or AIPERF_SYSTEMS), tuple(args.concurrency), args.rounds,
+    rows, costs, notes, phases = measure(tuple(args.system or AIPERF_SYSTEMS), tuple(args.concurrency), args.rounds,
                                  args.repeats, args.max_tokens)
     cmd = "python -m perf study generation_doors " + " ".join(argv if argv is not None else sys.argv[1:])
     run = (f"`{cmd.strip()}` ({HardwareKey.detect().describe()}; served dtype {served_dtype()}; greedy chat prompts, "
@@ -149,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
            f"{time.perf_counter() - t0:.0f} s, {_uptime()}). Tokens/s counts streamed deltas (a token each, "
            f"mostly) over the point's wall time." + "".join(f"\n- {n}" for n in notes))
     section = "\n".join([DOORS_BEGIN, "## Every door side by side (one light client)\n", run + "\n",
-                         markdown_table(rows), "", *costs_table(costs), "", "Goals:\n", *goals(rows), DOORS_END])
+                         markdown_table(rows), "", *costs_table(costs), "", *phases_table(phases), "", "Goals:\n", *goals(rows), DOORS_END])
     write_section(args.out, section, DOORS_BEGIN, DOORS_END)
     print(f"[doors] report section: {args.out}")
     return 0
