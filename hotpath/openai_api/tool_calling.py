@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 import uuid
 from dataclasses import dataclass, field
 
@@ -94,10 +93,7 @@ class ToolPlan:
 
 
 def _object(arguments) -> bool:
-    try:
-        return isinstance(arguments, str) and isinstance(json.loads(arguments), dict)
-    except (ValueError, RecursionError):
-        return False
+    return isinstance(arguments, str) and isinstance(tool_parser.loads(arguments), dict)
 
 
 def tool_fault(request: ChatCompletionRequest) -> tuple[str, str] | None:

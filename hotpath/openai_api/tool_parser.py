@@ -30,19 +30,19 @@ class Extracted:
     calls: list[tuple[str, str]] = field(default_factory=list)
 
 
-def _loads(text: str):
+INVALID = object()
+
+
+def loads(text: str, invalid=None):
+    """`text` parsed as JSON, or `invalid` when it is not JSON (too deep included)."""
     try:
         return json.loads(text)
     except (ValueError, RecursionError):
-        return None
+        return invalid
 
 
 def _is_json(text: str) -> bool:
-    try:
-        json.loads(text)
-    except (ValueError, RecursionError):
-        return False
-    return True
+    return loads(text, INVALID) is not INVALID
 
 
 def _split(output: str) -> tuple[str | None, str | None]:
@@ -74,7 +74,7 @@ def extract(output: str) -> Extracted:
     content, candidate = _split(output)
     if not candidate:
         return Extracted(content)
-    calls = _loads(candidate)
+    calls = loads(candidate)
     if not isinstance(calls, list):
         return Extracted(content or output)
     found = []

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import json
 
+from hotpath.openai_api.tool_parser import loads
+
 TOOLS_PROMPT = """You can call functions to answer the user. These are the functions, with the JSON schemas of their arguments:
 <tools>{tools}</tools>
 
@@ -33,10 +35,7 @@ def tools_prompt(tools: list) -> str:
 
 def _arguments(text: str):
     """A call's arguments as the model writes them: the JSON object, or the text when it is not JSON."""
-    try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        return text
+    return loads(text, invalid=text)
 
 
 def _turn(message, calls: dict[str, str]) -> dict:
