@@ -22,9 +22,19 @@ from hotpath.cli import main as cli_main
 from hotpath.retrieval.pg_variant import VARIANT, build_dir, pgvector_repository
 from hotpath.runtime.retrieval.pgvector_store import PgVectorStore
 from tests.integration import test_retrieval as endpoint_tests
+from tests.transcript import Transcript
 
 TABLE = "retrieval_collections"
 MODELS = ("retrieval", VARIANT)
+SEEN = Transcript("retrieval_collections", "Cross-collection attempts on both stores (the gateway's headers set by "
+                  "the test, straight to tritonserver)", ("store, door", "tried", "answer"))
+STORES = {"retrieval": "co-located HNSW", VARIANT: "pgvector"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _transcript():
+    yield
+    SEEN.write("tests/integration/test_retrieval_collections_triton.py")
 
 
 
@@ -91,12 +101,16 @@ def test_a_tenants_writes_stay_in_its_collection(server, model, call):
     note, doc_id = f"walrus tenancy almanac {uuid.uuid4().hex[:6]}", f"note-{uuid.uuid4().hex}"
     assert existed(call(server, model, "alpha", [note], "upsert", [doc_id])) == [False]
     assert found(call(server, model, "alpha", [note], k=1)) == [doc_id]
+    where = f"{STORES[model]}, {call.__name__.removesuffix('_call')}"
     for other in ("beta", None, "shared"):        # another tenant, a direct call ("local"), an admin
-        assert doc_id not in found(call(server, model, other, [note], k=10)), other
-    assert existed(call(server, model, "beta", [note], "delete", [doc_id])) == [False]   # beta cannot delete it
-    assert existed(call(server, model, "beta", ["beta's text"], "upsert", [doc_id])) == [False]   # nor replace it
+        assert doc_id not in (seen := found(call(server, model, other, [note], k=10))), other
+        SEEN.row(where, f"{other or 'a direct call (local)'} searches alpha's note, k=10",
+                 f"{len(seen)} hits, none alpha's")
+    assert (gone := existed(call(server, model, "beta", [note], "delete", [doc_id]))) == [False]   # cannot delete it
+    assert (replaced := existed(call(server, model, "beta", ["beta's text"], "upsert", [doc_id]))) == [False]   # nor replace it
     top = call(server, model, "alpha", [note], k=1)
     assert found(top) == [doc_id] and top.as_numpy("DOCUMENTS")[0, 0].decode() == note
+    SEEN.row(where, "beta deletes, then upserts, alpha's id", f"existed {gone}, {replaced}; alpha reads its own note")
     # a shared document: alpha's delete removes nothing; alpha's replacement is alpha's only
     assert existed(call(server, model, "alpha", ["-"], "delete", ["gzip"])) == [False]
     replacement = f"gzip according to alpha {uuid.uuid4().hex[:6]}"
@@ -105,6 +119,8 @@ def test_a_tenants_writes_stay_in_its_collection(server, model, call):
     beta = call(server, model, "beta", ["compress files with GNU gzip"], k=10)
     docs = dict(zip(found(beta), (d.decode() for d in beta.as_numpy("DOCUMENTS")[0])))
     assert docs.get("gzip", "").startswith("gzip: ")   # the shared corpus' own text
+    SEEN.row(where, "alpha deletes, then replaces, the shared document 'gzip'",
+             f"beta still reads {docs['gzip'][:40]!r}")
     assert existed(call(server, model, "alpha", ["-"], "delete", [doc_id])) == [True]
     call(server, model, "alpha", ["-"], "delete", ["gzip"])
     call(server, model, "beta", ["-"], "delete", [doc_id])
@@ -124,6 +140,7 @@ def test_a_collection_named_twice_fails_alone(server, model):
     with pytest.raises(InferenceServerException) as err:   # the header and a body parameter of that name
         grpc_call(server, model, "alpha", ["a query"], k=3, parameters={"x-hotpath-collection": "beta"})
     assert "x-hotpath-collection" in str(err.value) and "INVALID_ARG" in str(err.value.status())
+    SEEN.row(f"{STORES[model]}, grpc", "alpha's call also names collection beta in a body parameter", err.value)
     assert len(found(grpc_call(server, model, "alpha", ["a query"], k=3))) == 3
 
 

@@ -36,6 +36,7 @@ from hotpath.server.subset import linked
 from hotpath.shared_state.cache_key import HIT_HEADER, NAMESPACE_HEADER, STORE_VERSION_PREFIX, repository_build
 from hotpath.shared_state.server import LocalRedis
 from hotpath.specs.repository import Repository
+from tests.transcript import Transcript
 
 EMBED, STORE, ECHO, ECHO_STREAM = "text_embedding", "retrieval", "tenant_echo", "tenant_echo_stream"
 
@@ -85,6 +86,14 @@ TENANTS = {
     "quiet2": {"cache_namespace": "", "scopes": {"endpoints": [EMBED]}},
 }
 TOKENS = {name: new_token() for name in TENANTS}
+SEEN = Transcript("tenant_isolation", "Cross-tenant attempts through the gateway, and what each got",
+                  ("path", "tenant tried", "answer"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _transcript():
+    yield
+    SEEN.write("tests/integration/test_tenant_isolation.py")
 
 
 def _bearer(tenant):
@@ -195,46 +204,59 @@ def test_a_tenant_without_the_scope_is_denied_on_every_door(stack):
     inputs = [text_input("TEXT", ["who may call this"])]
     status, message = _grpc_status(gw.grpc_url, EMBED, inputs, "outsider")
     assert status == "PERMISSION_DENIED" and EMBED in message, (status, message)
+    SEEN.row("gRPC infer", f"outsider (no endpoint) calls {EMBED}", f"{status}: {message}")
     status, message = _grpc_status(gw.grpc_url, EMBED, inputs, "reader")
     assert status == "PERMISSION_DENIED", (status, message)
+    SEEN.row("gRPC infer", f"reader (scope {ECHO} only) calls {EMBED}", f"{status}: {message}")
     with grpcclient.InferenceServerClient(gw.grpc_url) as client:
         for call in (client.is_model_ready, client.get_model_config, client.get_model_metadata):
             with pytest.raises(InferenceServerException) as refused:
                 call(EMBED, headers=_bearer("outsider"))
             assert "PERMISSION_DENIED" in str(refused.value.status()), call
+            SEEN.row("gRPC metadata", f"outsider asks {call.__name__}({EMBED})", refused.value.status())
         assert client.get_model_config(EMBED, headers=_bearer("alpha")).config.name == EMBED
     for path in (f"/v2/models/{EMBED}", f"/v2/models/{EMBED}/ready", f"/v2/models/{EMBED}/config"):
         status, _, body = _request(gw.http_url, "GET", path, "outsider")
         assert status == 403 and "do not grant" in json.loads(body)["error"], (path, status, body)
+        SEEN.row("HTTP GET", f"outsider reads {path}", f"{status} {json.loads(body)['error']}")
     status, _, body = _request(gw.http_url, "POST", f"/v2/models/{EMBED}/infer", "outsider", _kserve(EMBED, "x"))
     assert status == 403, body
+    SEEN.row("HTTP infer", f"outsider posts to {EMBED}", f"{status} {body.decode()}")
     status, _, body = _request(gw.http_url, "POST", f"/v2/models/{ECHO_STREAM}/generate_stream", "outsider",
                                {"TEXT": "x"})
     assert status == 403, body
+    SEEN.row("HTTP generate_stream", f"outsider streams {ECHO_STREAM}", f"{status} {body.decode()}")
     answer = _stream(gw.grpc_url, ECHO_STREAM, "outsider")
     assert isinstance(answer, InferenceServerException) and "PERMISSION_DENIED" in str(answer), answer
+    SEEN.row("gRPC stream message", f"outsider sends a message to {ECHO_STREAM}", answer)
     # the OpenAI door: the OpenAI error shape
     status, _, body = _request(f"127.0.0.1:{gw.settings.openai_port}", "POST", "/v1/embeddings", "outsider",
                                {"model": EMBED, "input": "x"})
     error = json.loads(body)["error"]
     assert status == 403 and (error["type"], error["param"], error["code"]) == \
         ("permission_error", "model", "permission_denied"), body
+    SEEN.row("OpenAI /v1/embeddings", f"outsider asks model {EMBED}", f"{status} {body.decode()}")
     # a store only through `stores`, a read scope only searches
     status, message = _grpc_status(gw.grpc_url, STORE, inputs, "outsider")
     assert status == "PERMISSION_DENIED", message
+    SEEN.row("gRPC retrieval", "outsider (no store scope) searches", f"{status}: {message}")
     with RetrievalClient(gw.grpc_url, token=TOKENS["reader"]) as rc:
-        rc.search(["anything at all"], k=1)
-        with pytest.raises(Exception, match="PERMISSION_DENIED|may only search"):
-            rc.upsert(["reader-doc"], ["a reader may not write"])
-        with pytest.raises(Exception, match="PERMISSION_DENIED|may only search"):
-            rc.delete(["reader-doc"])
+        hits = rc.search(["anything at all"], k=1)
+        SEEN.row("gRPC retrieval", "reader (read scope) searches", f"OK, {len(hits[0])} hit")
+        for op, call in (("upsert", lambda: rc.upsert(["reader-doc"], ["a reader may not write"])),
+                         ("delete", lambda: rc.delete(["reader-doc"]))):
+            with pytest.raises(Exception, match="PERMISSION_DENIED|may only search") as refused:
+                call()
+            SEEN.row("gRPC retrieval", f"reader (read scope) tries {op}", refused.value)
     delete = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [1, 1], "data": [""]},
                          {"name": "OP", "datatype": "BYTES", "shape": [1, 1], "data": ["delete"]},
                          {"name": "ID", "datatype": "BYTES", "shape": [1, 1], "data": ["x"]}]}
     status, _, body = _request(gw.http_url, "POST", f"/v2/models/{STORE}/infer", "reader", delete)
     assert status == 403 and "may only search" in json.loads(body)["error"], body
+    SEEN.row("HTTP retrieval", "reader (read scope) posts OP=delete", f"{status} {json.loads(body)['error']}")
     refused = [e for e in gw.log() if e.tenant in ("outsider", "reader") and (e.status == 403 or e.grpc_status == "7")]
     assert refused and not [e for e in refused if e.upstream], "a refused call reached a replica"
+    SEEN.row("gateway access log", "every refusal above", f"{len(refused)} refused, 0 reached a replica")
 
 
 # -- the tenant and collection a model sees -------------------------------------------------------------
@@ -246,17 +268,21 @@ def test_a_client_sent_tenant_or_collection_never_reaches_the_model(stack):
         assert status == "OK", result
         pairs = _pairs(result.as_numpy("PARAMS")[0][0].decode())
         assert _tenancy(pairs) == (["alpha"], ["alpha"]), pairs
+        SEEN.row("gRPC infer", f"alpha sends headers {headers}", f"model saw tenant, collection {_tenancy(pairs)}")
     for headers in ((), SPOOF_HTTP, SPOOF_HTTP[::-1] + SPOOF_HTTP):
         status, _, body = _request(gw.http_url, "POST", f"/v2/models/{ECHO}/infer", "beta", _kserve(ECHO, "x"),
                                    headers)
         assert status == 200, body
         pairs = _pairs(json.loads(body)["outputs"][0]["data"][0])
         assert _tenancy(pairs) == (["beta"], ["beta"]), (headers, pairs)
+        SEEN.row("HTTP infer", f"beta sends headers {list(headers)}", f"model saw {_tenancy(pairs)}")
         status, _, body = _request(gw.http_url, "POST", f"/v2/models/{ECHO_STREAM}/generate_stream", "alpha",
                                    {"TEXT": "x"}, headers)
         assert status == 200, body
         event = json.loads(body.decode().split("data:", 1)[1].strip().splitlines()[0])
         assert _tenancy(_pairs(event["PARAMS"])) == (["alpha"], ["alpha"]), (headers, event)
+        SEEN.row("HTTP generate_stream", f"alpha sends headers {list(headers)}",
+                 f"model saw {_tenancy(_pairs(event['PARAMS']))}")
 
 
 def test_a_stream_message_reaches_the_model_with_the_gateways_tenant(stack):
@@ -266,6 +292,7 @@ def test_a_stream_message_reaches_the_model_with_the_gateways_tenant(stack):
         assert not isinstance(answer, Exception), str(answer)
         pairs = _pairs(answer.as_numpy("PARAMS")[0].decode())
         assert _tenancy(pairs) == (["beta"], ["beta"]), (headers, pairs)
+        SEEN.row("gRPC stream message", f"beta sends headers {headers}", f"model saw {_tenancy(pairs)}")
 
 
 @pytest.mark.parametrize("key", ["x-hotpath-tenant", "X-Hotpath-Collection", "X-HOTPATH-TENANT"])
@@ -274,14 +301,18 @@ def test_body_parameters_named_x_hotpath_are_refused(stack, key):
     status, message = _grpc_status(gw.grpc_url, ECHO, [text_input("TEXT", ["x"])], "alpha",
                                    parameters={key: "beta"})
     assert status == "INVALID_ARGUMENT" and key in message, (status, message)
+    SEEN.row("gRPC infer", f"alpha sends body parameter {key}=beta", f"{status}: {message}")
     status, _, body = _request(gw.http_url, "POST", f"/v2/models/{ECHO}/infer", "alpha",
                                _kserve(ECHO, "x", parameters={key: "beta"}))
     assert status == 400 and key in json.loads(body)["error"], body
+    SEEN.row("HTTP infer", f"alpha sends body parameter {key}=beta", f"{status} {json.loads(body)['error']}")
     status, _, body = _request(gw.http_url, "POST", f"/v2/models/{ECHO_STREAM}/generate_stream", "alpha",
                                {"TEXT": "x", "parameters": {key: "shared"}})
     assert status == 400, body
+    SEEN.row("HTTP generate_stream", f"alpha sends parameter {key}=shared", f"{status} {body.decode()}")
     answer = _stream(gw.grpc_url, ECHO_STREAM, "alpha", parameters={key: "beta"})
     assert isinstance(answer, InferenceServerException) and "INVALID_ARGUMENT" in str(answer), answer
+    SEEN.row("gRPC stream message", f"alpha sends parameter {key}=beta", answer)
 
 
 # -- caches ---------------------------------------------------------------------------------------------
@@ -317,7 +348,10 @@ def test_the_exact_cache_never_answers_one_tenant_from_anothers_entry(stack):
     assert _embed_http(gw, "alpha", text)[0] == "miss"
     assert _cached(gw, "alpha", text)[0] == "hit"
     # beta asks the same, byte for byte, even naming alpha's namespace: computed for beta
-    assert _embed_http(gw, "beta", text, [(NAMESPACE_HEADER, "alpha"), ("X-Hotpath-Tenant", "alpha")])[0] == "miss"
+    hit = _embed_http(gw, "beta", text, [(NAMESPACE_HEADER, "alpha"), ("X-Hotpath-Tenant", "alpha")])[0]
+    assert hit == "miss", hit
+    SEEN.row("exact cache (HTTP)", "beta repeats alpha's cached request, naming alpha's namespace and tenant",
+             f"cache {hit}: computed for beta")
     # tenants that chose one namespace share plain endpoints' answers
     text = f"team cache {time.time_ns()}"
     assert _embed_http(gw, "team1", text)[0] == "miss"
@@ -342,12 +376,19 @@ def test_the_openai_answer_cache_never_crosses_tenants(stack):
     text = f"openai isolation {time.time_ns()}"
     assert embed("alpha", text) == "miss"
     assert until_hit("alpha", text) == "hit"
-    assert embed("beta", text, [(NAMESPACE_HEADER, "alpha"), (NAMESPACE_HEADER.lower(), "alpha")]) == "miss"
+    hit = embed("beta", text, [(NAMESPACE_HEADER, "alpha"), (NAMESPACE_HEADER.lower(), "alpha")])
+    assert hit == "miss", hit
+    SEEN.row("OpenAI answer cache", "beta repeats alpha's cached /v1/embeddings, naming alpha's namespace twice",
+             f"cache {hit}")
     # tenants that cache nothing: never a hit, not from each other either
     text = f"quiet {time.time_ns()}"
+    answers = []
     for tenant in ("quiet1", "quiet2", "quiet1", "quiet2"):
-        assert embed(tenant, text, [(NAMESPACE_HEADER, "quiet1")]) != "hit", tenant
+        answers.append(embed(tenant, text, [(NAMESPACE_HEADER, "quiet1")]))
+        assert answers[-1] != "hit", tenant
         time.sleep(0.2)
+    SEEN.row("OpenAI answer cache", "two tenants without a cache namespace repeat one request 4 times",
+             f"cache {answers}")
 
 
 # -- retrieval: collections per tenant ------------------------------------------------------------------
@@ -377,15 +418,20 @@ def test_retrieval_what_alpha_writes_beta_never_reads_deletes_or_replaces(stack)
     doc_id, text = f"alpha-secret-{tag}", f"alpha's quarterly zorblax figures {tag}"
     assert _write(gw, "alpha", "upsert", [doc_id], [text]) == [False]
     assert _grpc_search(gw, "alpha", text).get(doc_id) == text
-    assert doc_id not in _grpc_search(gw, "beta", text)
-    assert doc_id not in _search(gw, "beta", text)[1]
-    assert doc_id not in _search(gw, "team1", text)[1]
+    assert doc_id not in (seen := _grpc_search(gw, "beta", text))
+    SEEN.row("retrieval search (gRPC)", "beta searches alpha's document's exact text", f"top 5 without it: {list(seen)}")
+    assert doc_id not in (seen := _search(gw, "beta", text)[1])
+    SEEN.row("retrieval search (HTTP)", "beta searches alpha's document's exact text", f"top 5 without it: {list(seen)}")
+    assert doc_id not in (seen := _search(gw, "team1", text)[1])
+    SEEN.row("retrieval search (HTTP)", "team1 searches it", f"top 5 without it: {list(seen)}")
     # beta deletes alpha's id: it deletes nothing of alpha's
-    assert _write(gw, "beta", "delete", [doc_id]) == [False]
+    assert (existed := _write(gw, "beta", "delete", [doc_id])) == [False]
     assert _grpc_search(gw, "alpha", text).get(doc_id) == text
+    SEEN.row("retrieval delete", "beta deletes alpha's id", f"existed {existed}; alpha still finds it")
     # beta writes the same id: its own document, alpha still reads its own
-    assert _write(gw, "beta", "upsert", [doc_id], [f"beta's forgery {tag}"]) == [False]
+    assert (existed := _write(gw, "beta", "upsert", [doc_id], [f"beta's forgery {tag}"])) == [False]
     assert _grpc_search(gw, "alpha", text).get(doc_id) == text
+    SEEN.row("retrieval upsert", "beta upserts alpha's id", f"existed {existed}; alpha still reads its own text")
     assert _grpc_search(gw, "beta", f"beta's forgery {tag}").get(doc_id) == f"beta's forgery {tag}"
 
 
@@ -397,10 +443,14 @@ def test_retrieval_the_shared_corpus_is_the_admins_to_write(stack):
     for tenant in ("alpha", "beta", "reader"):
         assert _grpc_search(gw, tenant, text).get(shared_id) == text, tenant
     # beta "replaces" the shared id: in its own collection only
-    _write(gw, "beta", "upsert", [shared_id], [f"beta's version {tag}"])
+    existed = _write(gw, "beta", "upsert", [shared_id], [f"beta's version {tag}"])
     assert _grpc_search(gw, "alpha", text).get(shared_id) == text
-    _write(gw, "beta", "delete", [shared_id])
+    SEEN.row("retrieval upsert", "beta upserts an id of the shared corpus",
+             f"existed {existed} (its own collection); alpha reads the admin's text")
+    existed = _write(gw, "beta", "delete", [shared_id])
     assert _grpc_search(gw, "alpha", text).get(shared_id) == text
+    SEEN.row("retrieval delete", "beta deletes that shared id (its copy exists)",
+             f"existed {existed}: its own copy went; alpha still finds the admin's")
     client = redis.target.client()
     assert int(client.get(STORE_VERSION_PREFIX + f"{STORE}:shared") or 0) >= 2, "the admin's write moved 'shared'"
 
@@ -414,16 +464,20 @@ def test_retrieval_cached_searches_stay_in_their_collection(stack):
     query = f"isolation of cached searches {tag}"
     assert _search(gw, "alpha", query)[0] == "miss"
     _wait(lambda: _search(gw, "alpha", query)[0] == "hit", "alpha's search is cached")
-    assert _search(gw, "beta", query)[0] == "miss"
+    assert (hit := _search(gw, "beta", query)[0]) == "miss"
+    SEEN.row("retrieval cache", "beta repeats alpha's cached search", f"cache {hit}")
     assert _search(gw, "team1", query)[0] == "miss"
     _wait(lambda: _search(gw, "team1", query)[0] == "hit", "team1's search is cached")
-    assert _search(gw, "team2", query)[0] == "miss", "a store's answers are never shared by a cache namespace"
+    assert (hit := _search(gw, "team2", query)[0]) == "miss", "a store's answers are never shared by a cache namespace"
+    SEEN.row("retrieval cache", "team2 repeats team1's cached search (one cache namespace)", f"cache {hit}")
     alpha_version = client.get(STORE_VERSION_PREFIX + f"{STORE}:alpha")
     _write(gw, "beta", "upsert", [f"beta-{tag}"], [query])
     _wait(lambda: int(client.get(STORE_VERSION_PREFIX + f"{STORE}:beta") or 0) >= 2, "beta's write moved beta's")
     assert client.get(STORE_VERSION_PREFIX + f"{STORE}:alpha") == alpha_version
     hit, seen = _search(gw, "alpha", query)
     assert hit == "hit" and f"beta-{tag}" not in seen, (hit, seen)
+    SEEN.row("retrieval cache", "beta writes a matching document; alpha repeats its search",
+             f"cache {hit}, beta's document absent")
     hit, seen = _search(gw, "beta", query)
     assert f"beta-{tag}" in seen, seen   # beta's own write, not a stale answer
     _write(gw, "admin", "upsert", [f"shared-{tag}"], [query])
@@ -478,7 +532,8 @@ def test_the_semantic_and_exact_chat_caches_never_cross_tenants(chat_stack):
         assert time.monotonic() < deadline, f"alpha's answer was never served to alpha again: {hit}"
         time.sleep(0.2)
     spoof = [(NAMESPACE_HEADER, "alpha"), ("X-Hotpath-Tenant", "alpha")]
-    assert chat("beta", "WHAT is the capital of  FRANCE?", headers=spoof)[0] == "miss"
+    assert (hit := chat("beta", "WHAT is the capital of  FRANCE?", headers=spoof)[0]) == "miss"
+    SEEN.row("OpenAI semantic cache", "beta asks alpha's cached chat question, naming alpha's namespace", f"cache {hit}")
     # greedy: the exact cache
     question = f"Name a colour. ({time.time_ns()})"
     assert chat("alpha", question, 0)[0] == "miss"
@@ -486,4 +541,5 @@ def test_the_semantic_and_exact_chat_caches_never_cross_tenants(chat_stack):
     while chat("alpha", question, 0)[0] != "hit":
         assert time.monotonic() < deadline, "alpha's greedy answer was never served to alpha again"
         time.sleep(0.2)
-    assert chat("beta", question, 0, spoof)[0] == "miss"
+    assert (hit := chat("beta", question, 0, spoof)[0]) == "miss"
+    SEEN.row("OpenAI exact chat cache", "beta repeats alpha's cached greedy chat", f"cache {hit}")

@@ -41,6 +41,16 @@ from hotpath.openai_api.generation import OUTPUT_TOKENS_HEADER, output_tokens_co
 from hotpath.runtime.text import load_tokenizer
 from hotpath.server.ports import free_ports
 from hotpath.shared_state.server import LocalRedis
+from tests.transcript import Transcript
+
+SEEN = Transcript("usage", "Usage metered per tenant beside the reference counts of the same run",
+                  ("tenant", "path", "figure", "hotpath counted", "reference", "reference from"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _transcript():
+    yield
+    SEEN.write("tests/integration/test_usage.py")
 
 # ----------------------------------------------------------------------------------------------- the models
 
@@ -103,6 +113,10 @@ def test_the_models_count_each_tenants_tokens_and_images_as_the_tokenizer_and_de
         assert totals[tenant]["embedding_tokens"] == _tokens(s["texts"]), (tenant, totals)
         assert totals[tenant]["images"] == s["images"], (tenant, totals)
         assert totals[tenant]["requests"] == 0   # requests are the gateway's count
+        SEEN.row(tenant, "text_embedding + text_embedding_exact (gRPC)", "embedding_tokens",
+                 totals[tenant]["embedding_tokens"], _tokens(s["texts"]), f"the tokenizer, {len(s['texts'])} texts")
+        SEEN.row(tenant, "image_classification (gRPC)", "images", totals[tenant]["images"], s["images"],
+                 "images sent")
 
 
 def test_hotpath_usage_reads_the_same_figures_from_prometheus_over_a_window(metered, capsys):
@@ -113,6 +127,9 @@ def test_hotpath_usage_reads_the_same_figures_from_prometheus_over_a_window(mete
     for tenant, s in sent.items():
         assert windowed[tenant]["embedding_tokens"] == _tokens(s["texts"]), windowed
         assert windowed[tenant]["images"] == s["images"], windowed
+        SEEN.row(tenant, "`hotpath usage --prometheus ... --window 10m`", "embedding_tokens, images",
+                 f"{windowed[tenant]['embedding_tokens']}, {windowed[tenant]['images']}",
+                 f"{_tokens(s['texts'])}, {s['images']}", "the tokenizer, images sent")
     assert main(["usage", "--prometheus", prometheus.url, "--window", "10m", "--tenant", "meter-acme", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert set(out["tenants"]) == {"meter-acme"} and out["tenants"]["meter-acme"] == windowed["meter-acme"]
@@ -358,6 +375,12 @@ def test_a_generation_stream_counts_the_engines_tokens_and_gives_back_the_unused
     # the model counted the tenant's tokens as the engine did (greedy and constrained: the same answer each time)
     counted = _triton_usage(generation_triton, "gen")
     assert counted["input_tokens"] == 4 * n_in and counted["output_tokens"] == 4 * n_out, (counted, n_in, n_out)
+    engine = "the engine's num_*_tokens, 4 streams"
+    SEEN.row("gen", "text_generation gRPC stream", "input_tokens", counted["input_tokens"], 4 * n_in, engine)
+    SEEN.row("gen", "text_generation gRPC stream", "output_tokens", counted["output_tokens"], 4 * n_out, engine)
+    SEEN.row("gen", "gateway budget", "tokens given back",
+             gateway_metrics['hotpath_gateway_tokens_returned_total{tenant="gen"}'], 4 * (GEN_MAX_TOKENS - n_out),
+             f"4 x (max_tokens {GEN_MAX_TOKENS} - generated)")
 
 
 # ----------------------------------------------------------------------------------------------- the OpenAI API
@@ -379,6 +402,8 @@ def test_the_openai_api_passes_the_tenant_on_and_tells_the_gateway_what_was_gene
         prompt_tokens = json.loads(raw)["usage"]["prompt_tokens"]
     assert prompt_tokens == _tokens(texts)
     assert _triton_usage(triton, "oai")["embedding_tokens"] == prompt_tokens
+    SEEN.row("oai", "OpenAI /v1/embeddings", "embedding_tokens", _triton_usage(triton, "oai")["embedding_tokens"],
+             prompt_tokens, "the answer's usage.prompt_tokens (= the tokenizer)")
 
     with OpenAIServer(generation_triton.grpc_url, free_ports(1)[0], generation_triton.repository) as api:
         chat = {"model": "text_generation", "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 12}
@@ -390,3 +415,6 @@ def test_the_openai_api_passes_the_tenant_on_and_tells_the_gateway_what_was_gene
     counted = _triton_usage(generation_triton, "oai")
     assert counted["input_tokens"] == 2 * whole["prompt_tokens"], (counted, whole)
     assert counted["output_tokens"] == 2 * whole["completion_tokens"], (counted, whole)
+    for figure, usage in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens")):
+        SEEN.row("oai", "OpenAI /v1/chat/completions, whole + streamed", figure, counted[figure],
+                 2 * whole[usage], f"2 x the answer's usage.{usage}")
