@@ -21,6 +21,7 @@ down from inside the API.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import urllib.request
@@ -107,6 +108,60 @@ def phases_table(phases: dict[tuple[str, int], dict[str, tuple[float, float]]]) 
     return lines
 
 
+# Whose CPU a token costs: each process on the host, named for its part in a stack (the first match wins).
+ROLES = (("tritonserver", "tritonserver"), ("triton_python_backend_stub", "Triton stub"),
+         ("VLLM::Worker", "vLLM worker (forward)"), ("EngineCore", "vLLM EngineCore"), ("engine_process.py", "engine process (AsyncLLM)"),
+         ("hotpath.openai_api", "hotpath OpenAI API"), ("vllm.entrypoints", "vLLM API server (AsyncLLM)"),
+         ("node", "llama.cpp (node)"))
+
+
+def role(name: str, cmdline: list[str], pid: int) -> str:
+    """The part a process plays: the client (this process: the load's threads), a ROLES entry, or other."""
+    if pid == os.getpid():
+        return "client"
+    text = " ".join([name, *cmdline[:6]])
+    return next((label for key, label in ROLES if key in text), "other")
+
+
+def cpu_by_role() -> dict[str, float]:
+    """CPU seconds (user + system) so far of every process on the host, summed by role()."""
+    import psutil
+
+    totals: dict[str, float] = {}
+    for proc in psutil.process_iter(["name", "cmdline", "cpu_times"]):
+        times = proc.info["cpu_times"]
+        if times is None:
+            continue
+        key = role(proc.info["name"] or "", proc.info["cmdline"] or [], proc.pid)
+        totals[key] = totals.get(key, 0.0) + times.user + times.system
+    return totals
+
+
+def add_cpu(point: dict, before: dict[str, float], after: dict[str, float]) -> None:
+    """Adds to `point` the CPU seconds each role spent from `before` to `after` (a process that began in
+    between counts from zero; one that ended is lost, as the point's own processes never end)."""
+    for key, seconds in after.items():
+        point[key] = point.get(key, 0.0) + max(0.0, seconds - before.get(key, 0.0))
+
+
+def cpu_table(cpu: dict[tuple[str, int], dict[str, float]], tokens: dict[tuple[str, int], int]) -> list[str]:
+    """CPU milliseconds per streamed token by role, per door and concurrency: where each stack spends it."""
+    keys = [k for k in sorted(cpu) if tokens.get(k)]
+    if not keys:
+        return []
+    used = [r for r in ("client", *dict(ROLES).values(), "other") if any(cpu[k].get(r, 0.0) >= 1e-3 for k in keys)]
+    lines = ["CPU per streamed token, by process (ms of CPU, user + system, summed over the host's processes "
+             "by their part; the client is this study's own threads):\n",
+             "| door | c | " + " | ".join(used) + " | total | server side (no client) |",
+             "|---|---:|" + "---:|" * (len(used) + 2)]
+    for key in keys:
+        per = {r: cpu[key].get(r, 0.0) * 1e3 / tokens[key] for r in used}
+        total = sum(per.values())
+        lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(f"{per[r]:.2f}" for r in used)
+                     + f" | {total:.2f} | {total - per.get('client', 0.0) - per.get('other', 0.0):.2f} |")
+    return lines
+
+
 def sender(door, max_tokens: int) -> Callable[[str], StreamRecord] | None:
     """The light client for a door (None: a door only AIPerf drives, Triton's KServe generate_stream)."""
     if door.kind == "triton-grpc":
@@ -124,8 +179,9 @@ def sender(door, max_tokens: int) -> Callable[[str], StreamRecord] | None:
 def measure(systems: tuple[str, ...], concurrency: tuple[int, ...], rounds: int, repeats: int, max_tokens: int,
             log: Callable[[str], None] = print):
     """Rows (one per door and concurrency), {system: (load-to-ready s, peak RSS MiB)}, run notes, and
-    {(door, c): {phase: (seconds, count)}} of the doors with a phase histogram."""
-    rows, costs, notes, phases = [], {}, [], {}
+    {(door, c): {phase: (seconds, count)}} of the doors with a phase histogram, and {(door, c): {role: CPU
+    seconds}} with {(door, c): tokens streamed}."""
+    rows, costs, notes, phases, cpu, tokens = [], {}, [], {}, {}, {}
     for name in systems:
         wait_quiet(log)
         with system_up(name, log) as (doors, pid, load_s):
@@ -139,8 +195,9 @@ def measure(systems: tuple[str, ...], concurrency: tuple[int, ...], rounds: int,
                 others = wait_quiet(log)
                 for _ in range(repeats):
                     for door, send in senders:
-                        before = phase_totals(door)
+                        before, cpu_before = phase_totals(door), cpu_by_role()
                         got, wall = run_load(send, c, rounds)
+                        add_cpu(cpu.setdefault((door.label, c), {}), cpu_before, cpu_by_role())
                         add_phases(phases.setdefault((door.label, c), {}), before, phase_totals(door))
                         kept, total = records[door.label]
                         records[door.label] = (kept + got, total + wall)
@@ -148,12 +205,13 @@ def measure(systems: tuple[str, ...], concurrency: tuple[int, ...], rounds: int,
                 for label, (got, wall) in records.items():
                     s = summarize(label, c, got, wall)
                     rows.append(s)
+                    tokens[(label, c)] = s.tokens
                     log(f"[doors] {label:>15} c={c}: {s.tokens_per_s:6.1f} tok/s  TTFT p50 {s.ttft_p50_ms:5.0f} "
                         f"p95 {s.ttft_p95_ms:6.0f} ms  ITL p50 {s.itl_p50_ms:5.1f} ms  errors {s.errors}")
                 if others is not None:
                     notes.append(f"{name} c={c}: other processes {others:.2f} cores before the point")
             costs[name] = (load_s, rss)
-    return rows, costs, notes, phases
+    return rows, costs, notes, phases, cpu, tokens
 
 
 def goals(rows: list[StreamingStats]) -> list[str]:
@@ -197,15 +255,16 @@ def main(argv: list[str] | None = None) -> int:
     from hotpath.tuning.hardware_key import HardwareKey
 
     t0 = time.perf_counter()
-    rows, costs, notes, phases = measure(tuple(args.system or AIPERF_SYSTEMS), tuple(args.concurrency), args.rounds,
-                                 args.repeats, args.max_tokens)
+    rows, costs, notes, phases, cpu, tokens = measure(tuple(args.system or AIPERF_SYSTEMS), tuple(args.concurrency),
+                                                      args.rounds, args.repeats, args.max_tokens)
     cmd = "python -m perf study generation_doors " + " ".join(argv if argv is not None else sys.argv[1:])
     run = (f"`{cmd.strip()}` ({HardwareKey.detect().describe()}; served dtype {served_dtype()}; greedy chat prompts, "
            f"max_tokens {args.max_tokens}; {args.rounds} requests per worker x {args.repeats} repeats per point; "
            f"{time.perf_counter() - t0:.0f} s, {_uptime()}). Tokens/s counts streamed deltas (a token each, "
            f"mostly) over the point's wall time." + "".join(f"\n- {n}" for n in notes))
     section = "\n".join([DOORS_BEGIN, "## Every door side by side (one light client)\n", run + "\n",
-                         markdown_table(rows), "", *costs_table(costs), "", *phases_table(phases), "", "Goals:\n", *goals(rows), DOORS_END])
+                         markdown_table(rows), "", *costs_table(costs), "", *phases_table(phases), "",
+                         *cpu_table(cpu, tokens), "", "Goals:\n", *goals(rows), DOORS_END])
     write_section(args.out, section, DOORS_BEGIN, DOORS_END)
     print(f"[doors] report section: {args.out}")
     return 0
