@@ -107,7 +107,8 @@ def test_a_tenants_writes_stay_in_its_collection(server, model, call):
         SEEN.row(where, f"{other or 'a direct call (local)'} searches alpha's note, k=10",
                  f"{len(seen)} hits, none alpha's")
     assert (gone := existed(call(server, model, "beta", [note], "delete", [doc_id]))) == [False]   # cannot delete it
-    assert (replaced := existed(call(server, model, "beta", ["beta's text"], "upsert", [doc_id]))) == [False]   # nor replace it
+    replaced = existed(call(server, model, "beta", ["beta's text"], "upsert", [doc_id]))
+    assert replaced == [False]   # nor replace it
     top = call(server, model, "alpha", [note], k=1)
     assert found(top) == [doc_id] and top.as_numpy("DOCUMENTS")[0, 0].decode() == note
     SEEN.row(where, "beta deletes, then upserts, alpha's id", f"existed {gone}, {replaced}; alpha reads its own note")

@@ -419,9 +419,11 @@ def test_retrieval_what_alpha_writes_beta_never_reads_deletes_or_replaces(stack)
     assert _write(gw, "alpha", "upsert", [doc_id], [text]) == [False]
     assert _grpc_search(gw, "alpha", text).get(doc_id) == text
     assert doc_id not in (seen := _grpc_search(gw, "beta", text))
-    SEEN.row("retrieval search (gRPC)", "beta searches alpha's document's exact text", f"top 5 without it: {list(seen)}")
+    SEEN.row("retrieval search (gRPC)", "beta searches alpha's document's exact text",
+             f"top 5 without it: {list(seen)}")
     assert doc_id not in (seen := _search(gw, "beta", text)[1])
-    SEEN.row("retrieval search (HTTP)", "beta searches alpha's document's exact text", f"top 5 without it: {list(seen)}")
+    SEEN.row("retrieval search (HTTP)", "beta searches alpha's document's exact text",
+             f"top 5 without it: {list(seen)}")
     assert doc_id not in (seen := _search(gw, "team1", text)[1])
     SEEN.row("retrieval search (HTTP)", "team1 searches it", f"top 5 without it: {list(seen)}")
     # beta deletes alpha's id: it deletes nothing of alpha's
@@ -533,7 +535,8 @@ def test_the_semantic_and_exact_chat_caches_never_cross_tenants(chat_stack):
         time.sleep(0.2)
     spoof = [(NAMESPACE_HEADER, "alpha"), ("X-Hotpath-Tenant", "alpha")]
     assert (hit := chat("beta", "WHAT is the capital of  FRANCE?", headers=spoof)[0]) == "miss"
-    SEEN.row("OpenAI semantic cache", "beta asks alpha's cached chat question, naming alpha's namespace", f"cache {hit}")
+    SEEN.row("OpenAI semantic cache", "beta asks alpha's cached chat question, naming alpha's namespace",
+             f"cache {hit}")
     # greedy: the exact cache
     question = f"Name a colour. ({time.time_ns()})"
     assert chat("alpha", question, 0)[0] == "miss"

@@ -110,7 +110,8 @@ def phases_table(phases: dict[tuple[str, int], dict[str, tuple[float, float]]]) 
 
 # Whose CPU a token costs: each process on the host, named for its part in a stack (the first match wins).
 ROLES = (("tritonserver", "tritonserver"), ("triton_python_backend_stub", "Triton stub"),
-         ("VLLM::Worker", "vLLM worker (forward)"), ("EngineCore", "vLLM EngineCore"), ("engine_process.py", "engine process (AsyncLLM)"),
+         ("VLLM::Worker", "vLLM worker (forward)"), ("EngineCore", "vLLM EngineCore"),
+         ("engine_process.py", "engine process (AsyncLLM)"),
          ("hotpath.openai_api", "hotpath OpenAI API"), ("vllm.entrypoints", "vLLM API server (AsyncLLM)"),
          ("node", "llama.cpp (node)"))
 

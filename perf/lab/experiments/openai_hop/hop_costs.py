@@ -96,7 +96,8 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=300)
     args = parser.parse_args()
     repository = linked(Repository().endpoint(MODEL).models)
-    got: dict[str, list[float]] = {"grpc": [], "grpc.aio": [], "grpc in a thread": [], "http, no Triton": [], "/v1/embeddings": []}
+    hops = ("grpc", "grpc.aio", "grpc in a thread", "http, no Triton", "/v1/embeddings")
+    got: dict[str, list[float]] = {hop: [] for hop in hops}
     with LocalTriton(repository, ServerPorts(*free_ports(3)), cache_bytes=0, log=lambda m: None) as triton, \
             OpenAIServer(triton.grpc_url, free_ports(1)[0], repository) as api, \
             EmbeddingClient(triton.grpc_url) as client:
