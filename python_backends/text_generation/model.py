@@ -48,6 +48,7 @@ FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
 WATCH_S = 0.5            # unload watcher and cancellation poll period
 READY_CHECK_TIMEOUT_S = 3.0   # a readiness check unanswered this long is a strike
 READY_CHECK_STRIKES = 4       # consecutive strikes: the server is going away (a busy host answers late, not never)
+IDLE_CHECK_ROUNDS = 4         # idle, the watcher asks whether the model is still served every 4th round (2 s)
 ROOT = __import__("pathlib").Path(__import__("hotpath").__file__).resolve().parent.parent
 
 
@@ -212,7 +213,7 @@ class TritonPythonModel:
         self.metrics = EngineMetrics(pb_utils, {"model": args["model_name"], "version": str(args["model_version"]),
                                                 "load": str(os.getpid())}, ready["kv_capacity_tokens"])
         self.stopping = threading.Event()
-        self.strikes = 0
+        self.strikes, self.idle_rounds, self.seen_served = 0, 0, False
         name, version = args["model_name"], str(args["model_version"])
         self.watcher = threading.Thread(target=self._watch, args=(lambda: pb_utils.is_model_ready(name, version),),
                                         name="text-generation-watch", daemon=True)
@@ -276,8 +277,8 @@ class TritonPythonModel:
 
     def _watch(self, is_ready):
         """While requests are in flight: abort those whose client cancelled, and end all of them
-        (UNAVAILABLE) once an unload or a shutdown began. Idle, it makes no call (Triton unloads an idle
-        model at once)."""
+        (UNAVAILABLE) once an unload or a shutdown began. Idle: every IDLE_CHECK_ROUNDS-th round, whether
+        an unload began that never reached finalize (_idle_round)."""
         while not self.stopping.wait(WATCH_S):
             try:
                 if self._watch_once(is_ready):
@@ -286,17 +287,37 @@ class TritonPythonModel:
                 pb_utils.Logger.log_warn(f"text_generation: watcher round failed: {exc!r}")
 
     def _watch_once(self, is_ready):
-        """One round; True once the streams were ended for an unload or a shutdown."""
+        """One round; True once the streams were ended for an unload or a shutdown (idle: the engine closed)."""
         with self.lock:
             streams = list(self.streams.items())
         if not streams:
-            return False
+            return self._idle_round(is_ready)
         for rid, stream in streams:
             if stream.cancelled():
                 self.engine.abort(rid)
         if self._still_served(is_ready):
             return False
         self._drain("the model is being unloaded (server shutdown or model unload); retry later")
+        return True
+
+    def _idle_round(self, is_ready):
+        """Idle, Triton finalizes an unloading model at once, unless something outside this stub still holds
+        it: seen with tritonserver 2.51 after cancelled gRPC streams, where the model stayed UNLOADING with
+        0 requests in flight and finalize never came until the server's exit timeout. The engine (GBs of
+        RSS, two busy processes) then stops here, so it never outlives its model's unload; a request that
+        still arrives is answered UNAVAILABLE. Not before the model was once seen served: READY comes only
+        after initialize returns."""
+        self.idle_rounds += 1
+        if self.idle_rounds % IDLE_CHECK_ROUNDS:
+            return False
+        if self._still_served(is_ready):
+            self.seen_served = True
+            return False
+        if not self.seen_served:
+            return False
+        pb_utils.Logger.log_warn("text_generation: the model is no longer served (unload or shutdown) and no "
+                                 "request is in flight: stopping the engine before finalize")
+        self.engine.close()
         return True
 
     def _still_served(self, is_ready):

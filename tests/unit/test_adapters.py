@@ -222,3 +222,47 @@ def test_text_generation_never_asks_a_finished_stream_whether_it_was_cancelled(m
     assert sender.final, "the last reply was never sent"
     assert stream.cancelled() is False
     assert sender.faults == []
+
+
+class _Engine:
+    def __init__(self):
+        self.closed = 0
+
+    def close(self):
+        self.closed += 1
+
+
+def _idle_watcher(monkeypatch):
+    """text_generation's model with only what its watcher reads: no streams, a stand-in engine."""
+    import threading
+
+    model_class = load_adapter("text_generation", monkeypatch)
+    model = model_class.__new__(model_class)
+    model.lock, model.streams, model.engine = threading.Lock(), {}, _Engine()
+    model.strikes, model.idle_rounds, model.seen_served = 0, 0, False
+    return model
+
+
+def test_text_generation_stops_its_idle_engine_once_its_model_is_no_longer_served(monkeypatch):
+    """An unload that never reaches finalize (Triton holding the model after cancelled streams) still ends the
+    engine: idle, the watcher asks every IDLE_CHECK_ROUNDS-th round and closes the engine once not served."""
+    model = _idle_watcher(monkeypatch)
+    rounds = model._idle_round.__globals__["IDLE_CHECK_ROUNDS"]
+    answers = iter([False, True, True, False])   # loading (not yet READY), served twice, then unloading
+    asked = []
+
+    def is_ready():
+        asked.append(1)
+        return next(answers)
+
+    results = [model._watch_once(is_ready) for _ in range(4 * rounds)]
+    assert len(asked) == 4, "asked once every IDLE_CHECK_ROUNDS rounds"
+    assert results.index(True) == 4 * rounds - 1 and results.count(True) == 1
+    assert model.engine.closed == 1
+
+
+def test_text_generation_keeps_its_engine_while_its_model_was_never_served(monkeypatch):
+    model = _idle_watcher(monkeypatch)
+    rounds = model._idle_round.__globals__["IDLE_CHECK_ROUNDS"]
+    assert not any(model._watch_once(lambda: False) for _ in range(3 * rounds))
+    assert model.engine.closed == 0
