@@ -225,6 +225,7 @@ class TritonPythonModel:
             self.metrics.publish(stats)
 
     def execute(self, requests):
+        self.seen_served = True   # Triton sends requests only to a READY model
         for request, tenant in zip(requests, tenants_of(requests)):
             sender = request.get_response_sender()
             try:
@@ -287,7 +288,7 @@ class TritonPythonModel:
                 pb_utils.Logger.log_warn(f"text_generation: watcher round failed: {exc!r}")
 
     def _watch_once(self, is_ready):
-        """One round; True once the streams were ended for an unload or a shutdown (idle: the engine closed)."""
+        """One round; True once the model is going away: its streams ended, its engine closed."""
         with self.lock:
             streams = list(self.streams.items())
         if not streams:
@@ -298,6 +299,7 @@ class TritonPythonModel:
         if self._still_served(is_ready):
             return False
         self._drain("the model is being unloaded (server shutdown or model unload); retry later")
+        self.engine.close()   # not left to finalize, which Triton may never call (_idle_round)
         return True
 
     def _idle_round(self, is_ready):
@@ -310,10 +312,7 @@ class TritonPythonModel:
         self.idle_rounds += 1
         if self.idle_rounds % IDLE_CHECK_ROUNDS:
             return False
-        if self._still_served(is_ready):
-            self.seen_served = True
-            return False
-        if not self.seen_served:
+        if self._still_served(is_ready) or not self.seen_served:
             return False
         pb_utils.Logger.log_warn("text_generation: the model is no longer served (unload or shutdown) and no "
                                  "request is in flight: stopping the engine before finalize")
@@ -334,6 +333,7 @@ class TritonPythonModel:
         threading.Thread(target=check, name="text-generation-ready-check", daemon=True).start()
         if done.wait(READY_CHECK_TIMEOUT_S):
             self.strikes = 0
+            self.seen_served = self.seen_served or box[0]
             return box[0]
         # Unanswered: late on a busy host (ending every stream then would be a false alarm), or a server going
         # away without saying so (live streams would wait out its exit timeout): only repeated silence ends them.

@@ -266,3 +266,30 @@ def test_text_generation_keeps_its_engine_while_its_model_was_never_served(monke
     rounds = model._idle_round.__globals__["IDLE_CHECK_ROUNDS"]
     assert not any(model._watch_once(lambda: False) for _ in range(3 * rounds))
     assert model.engine.closed == 0
+
+
+class _Listening:
+    def cancelled(self):
+        return False
+
+    def fail(self, message, code):
+        self.failed = message
+
+
+def test_text_generation_stops_its_engine_when_the_unload_began_while_it_was_busy(monkeypatch):
+    """Served while busy (no idle check yet), then idle and unloading at the first idle check: the engine
+    stops; busy and unloading: the streams end and the engine stops too."""
+    model = _idle_watcher(monkeypatch)
+    model.engine.abort = lambda rid: None
+    rounds = model._idle_round.__globals__["IDLE_CHECK_ROUNDS"]
+    model.streams = {"r": _Listening()}
+    assert model._watch_once(lambda: True) is False and model.seen_served
+    model.streams = {}
+    results = [model._watch_once(lambda: False) for _ in range(rounds)]
+    assert results == [False] * (rounds - 1) + [True] and model.engine.closed == 1
+    busy = _idle_watcher(monkeypatch)
+    busy.engine.abort = lambda rid: None
+    stream = _Listening()
+    busy.streams = {"r": stream}
+    assert busy._watch_once(lambda: False) is True
+    assert "unloaded" in stream.failed and busy.engine.closed == 1 and busy.streams == {}
