@@ -5,28 +5,29 @@ import subprocess
 import sys
 import time
 
-from perf.lab.compare.generation_doors import add_cpu, cpu_by_role, cpu_table, role
+from hotpath.sweeps.measure.host_load import read_proc
+from perf.lab.compare.generation_doors import add_cpu, cpu_table, role
 
 
 def test_role_names_each_part_of_the_stacks():
-    assert role("python", [], os.getpid()) == "client"
-    assert role("tritonserver", ["tritonserver", "--model-repository", "/r"], 2) == "tritonserver"
-    assert role("triton_python_b", ["/opt/backends/python/triton_python_backend_stub", "m.py"], 3) == "Triton stub"
-    assert role("VLLM::EngineCore", ["VLLM::EngineCore", ""], 4) == "vLLM EngineCore"
-    assert role("VLLM::Worker", ["VLLM::Worker", ""], 4) == "vLLM worker (forward)"
-    assert role("python", ["/v/bin/python", "/r/hotpath/runtime/llm/engine_process.py", "{}"], 5) == \
+    assert role("python", "", os.getpid()) == "client"
+    assert role("tritonserver", "tritonserver --model-repository /r", 2) == "tritonserver"
+    assert role("triton_python_b", "triton_python_backend_stub m.py", 3) == "Triton stub"
+    assert role("VLLM::EngineCor", "VLLM::EngineCore", 4) == "vLLM EngineCore"
+    assert role("VLLM::Worker", "VLLM::Worker", 4) == "vLLM worker (forward)"
+    assert role("python", "python /r/hotpath/runtime/llm/engine_process.py {}", 5) == \
         "engine process (AsyncLLM)"
-    assert role("python", ["/v/bin/python", "-m", "hotpath.openai_api", "--grpc-url", "x"], 6) == "hotpath OpenAI API"
-    assert role("python", ["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server"], 7) == \
+    assert role("python", "python -m hotpath.openai_api --grpc-url x", 6) == "hotpath OpenAI API"
+    assert role("python", "python -m vllm.entrypoints.openai.api_server", 7) == \
         "vLLM API server (AsyncLLM)"
-    assert role("bash", ["bash"], 8) == "other"
+    assert role("bash", "bash", 8) == "other"
 
 
 def test_a_busy_process_and_this_one_are_counted_under_their_roles():
     spin = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass\ntime.sleep(30)"
     child = subprocess.Popen([sys.executable, "-c", spin, "engine_process.py"])
     try:
-        before = cpu_by_role()
+        before = read_proc()
         t = time.process_time()
         while time.process_time() - t < 0.2:   # this process: the client
             pass
@@ -36,7 +37,7 @@ def test_a_busy_process_and_this_one_are_counted_under_their_roles():
         while point.get("engine process (AsyncLLM)", 0.0) < 0.3 and time.monotonic() < deadline:
             time.sleep(0.2)
             point = {}
-            add_cpu(point, before, cpu_by_role())
+            add_cpu(point, before, read_proc())
     finally:
         child.kill()
         child.wait()

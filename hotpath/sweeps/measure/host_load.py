@@ -148,11 +148,12 @@ def measure_others(window_s: float = WINDOW_S, limit_cores: float | None = None,
     after = read()
     root = os.getpid() if exclude_tree_of is None else exclude_tree_of
     exclude = descendants(after, root) | descendants(before, root)
-    rows = [ProcessCpu(p.pid, _command_line(p.pid) or p.name, p.cores) for p in busiest(before, after, exclude)]
+    rows = [ProcessCpu(p.pid, command_line(p.pid) or p.name, p.cores) for p in busiest(before, after, exclude)]
     return QuietReport(window_s, limit, rows, source)
 
 
-def _command_line(pid: int, width: int = 60) -> str:
+def command_line(pid: int, width: int = 60) -> str:
+    """A process's command line on one line, its program's directory dropped, cut at `width`."""
     try:
         raw = Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:

@@ -30,6 +30,7 @@ from typing import Callable
 from urllib.parse import urlsplit
 
 from hotpath import paths
+from hotpath.sweeps.measure.host_load import Sample, busiest, command_line, read_proc
 from hotpath.sweeps.measure.streaming import (
     StreamingStats,
     StreamRecord,
@@ -116,33 +117,20 @@ ROLES = (("tritonserver", "tritonserver"), ("triton_python_backend_stub", "Trito
          ("node", "llama.cpp (node)"))
 
 
-def role(name: str, cmdline: list[str], pid: int) -> str:
+def role(name: str, command: str, pid: int) -> str:
     """The part a process plays: the client (this process: the load's threads), a ROLES entry, or other."""
     if pid == os.getpid():
         return "client"
-    text = " ".join([name, *cmdline[:6]])
-    return next((label for key, label in ROLES if key in text), "other")
+    return next((label for key, label in ROLES if key in f"{name} {command}"), "other")
 
 
-def cpu_by_role() -> dict[str, float]:
-    """CPU seconds (user + system) so far of every process on the host, summed by role()."""
-    import psutil
-
-    totals: dict[str, float] = {}
-    for proc in psutil.process_iter(["name", "cmdline", "cpu_times"]):
-        times = proc.info["cpu_times"]
-        if times is None:
-            continue
-        key = role(proc.info["name"] or "", proc.info["cmdline"] or [], proc.pid)
-        totals[key] = totals.get(key, 0.0) + times.user + times.system
-    return totals
-
-
-def add_cpu(point: dict, before: dict[str, float], after: dict[str, float]) -> None:
-    """Adds to `point` the CPU seconds each role spent from `before` to `after` (a process that began in
-    between counts from zero; one that ended is lost, as the point's own processes never end)."""
-    for key, seconds in after.items():
-        point[key] = point.get(key, 0.0) + max(0.0, seconds - before.get(key, 0.0))
+def add_cpu(point: dict, before: Sample, after: Sample) -> None:
+    """Adds to `point` the CPU seconds each role spent between two host_load samples of every process (one
+    that began in between counts from zero; one that ended is lost, as the point's own processes never end)."""
+    elapsed = after.taken_at - before.taken_at
+    for p in busiest(before, after, exclude=set()):
+        key = role(p.name, command_line(p.pid, width=200), p.pid)
+        point[key] = point.get(key, 0.0) + p.cores * elapsed
 
 
 def cpu_table(cpu: dict[tuple[str, int], dict[str, float]], tokens: dict[tuple[str, int], int]) -> list[str]:
@@ -196,9 +184,9 @@ def measure(systems: tuple[str, ...], concurrency: tuple[int, ...], rounds: int,
                 others = wait_quiet(log)
                 for _ in range(repeats):
                     for door, send in senders:
-                        before, cpu_before = phase_totals(door), cpu_by_role()
+                        before, cpu_before = phase_totals(door), read_proc()
                         got, wall = run_load(send, c, rounds)
-                        add_cpu(cpu.setdefault((door.label, c), {}), cpu_before, cpu_by_role())
+                        add_cpu(cpu.setdefault((door.label, c), {}), cpu_before, read_proc())
                         add_phases(phases.setdefault((door.label, c), {}), before, phase_totals(door))
                         kept, total = records[door.label]
                         records[door.label] = (kept + got, total + wall)

@@ -36,19 +36,25 @@ from hotpath.specs.repository import Repository  # noqa: E402
 from perf.lab.compare.openai_api import MODEL, _texts, c1_grpc, c1_http  # noqa: E402
 
 
+async def _p50_ms(infer, texts, n: int) -> float:
+    """p50 ms of `n` awaited `infer(inputs)` calls, one at a time, each with a new text."""
+    times = []
+    for _ in range(n):
+        inputs = [text_input("TEXT", [next(texts)])]
+        t0 = time.perf_counter()
+        (await infer(inputs)).as_numpy("EMBEDDING")
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
 def c1_aio(url: str, texts, n: int) -> float:
+    """The call as the API makes it: tritonclient.grpc.aio from an asyncio loop."""
     async def run() -> float:
         client = grpcaio.InferenceServerClient(url)
-        times = []
         try:
-            for _ in range(n):
-                t0 = time.perf_counter()
-                result = await client.infer(MODEL, [text_input("TEXT", [next(texts)])], outputs=EMBEDDING_OUTPUT)
-                result.as_numpy("EMBEDDING")
-                times.append(time.perf_counter() - t0)
+            return await _p50_ms(lambda inputs: client.infer(MODEL, inputs, outputs=EMBEDDING_OUTPUT), texts, n)
         finally:
             await client.close()
-        return statistics.median(times) * 1e3
     return asyncio.run(run())
 
 
@@ -57,20 +63,12 @@ def c1_thread(url: str, texts, n: int) -> float:
     import tritonclient.grpc as grpcclient
 
     async def run() -> float:
-        client = grpcclient.InferenceServerClient(url)
-        loop = asyncio.get_running_loop()
-        times = []
+        client, loop = grpcclient.InferenceServerClient(url), asyncio.get_running_loop()
         try:
-            for _ in range(n):
-                inputs = [text_input("TEXT", [next(texts)])]
-                t0 = time.perf_counter()
-                result = await loop.run_in_executor(None, functools.partial(client.infer, MODEL, inputs,
-                                                                              outputs=EMBEDDING_OUTPUT))
-                result.as_numpy("EMBEDDING")
-                times.append(time.perf_counter() - t0)
+            return await _p50_ms(lambda inputs: loop.run_in_executor(
+                None, functools.partial(client.infer, MODEL, inputs, outputs=EMBEDDING_OUTPUT)), texts, n)
         finally:
             client.close()
-        return statistics.median(times) * 1e3
     return asyncio.run(run())
 
 
