@@ -273,8 +273,9 @@ class OpenAIAPI:
         return response, model_id
 
     async def _embed(self, body: EmbeddingsRequest, model: ServedModel, texts: list[str], headers: dict):
-        pending = asyncio.ensure_future(self.triton.embed(model, texts, headers))   # counting tokens overlaps the call
+        pending = self.triton.embed(model, texts, headers)
         try:
+            await asyncio.sleep(0)   # the calls go out, then counting tokens overlaps Triton's work
             tokens = self.counters[model.endpoint].count(texts)
         finally:
             vectors = await pending

@@ -242,5 +242,5 @@ def render(args, host: str, c1: dict[str, list[float]], points: list[Point], loa
             lines += ["", f"hotpath/infinity at the p95 target: {api_best.requests_per_s / inf_best.requests_per_s:.2f}x "
                           f"(goal >= 1.3x); c=1 p50 {med['api']:.2f} vs {med['infinity']:.2f} ms (goal: not above)."]
     lines += ["", f"Python {sys.version.split()[0]}; hotpath's API: Starlette on uvicorn (uvloop, httptools), "
-                  "tritonclient.grpc.aio, one channel; text_embedding as specified in build/sentence_embedder.toml.", ""]
+                  "bare grpc.aio calls to Triton (hotpath.openai_api.triton); text_embedding as specified in build/sentence_embedder.toml.", ""]
     return "\n".join(lines)

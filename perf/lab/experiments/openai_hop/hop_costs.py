@@ -5,10 +5,13 @@
 Against one tritonserver serving text_embedding (response cache off) and hotpath's OpenAI API in front of it,
 each round times, one request at a time, with texts never sent before:
 - grpc: tritonclient.grpc (sync), what perf/reports/openai_api.md's "gRPC to text_embedding" measures;
-- grpc.aio: the same call from an asyncio loop through tritonclient.grpc.aio, as the API makes it;
+- grpc.aio: the same call from an asyncio loop through tritonclient.grpc.aio with a 60 s deadline, as the API
+  made it before;
+- bare grpc.aio: the GRPCInferenceService call on a grpc.aio channel with the loop's time bound, as the API
+  makes it now (hotpath.openai_api.triton);
 - grpc in a thread: the sync call handed from an asyncio loop to a worker thread (run_in_executor);
 - http, no Triton: POST to a route the API does not have (uvicorn + Starlette + the 404 answer): the HTTP hop;
-- /v1/embeddings: the whole door.
+- /v1/embeddings: the whole door, and the API process's CPU time per request (user + system, psutil).
 Prints the medians of the rounds' p50s and the differences; nothing is written.
 """
 
@@ -24,11 +27,13 @@ from urllib.parse import urlparse
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[4]))
 
+import psutil  # noqa: E402
 import tritonclient.grpc.aio as grpcaio  # noqa: E402
+import uvloop  # noqa: E402
 
 from hotpath.client import EmbeddingClient, text_input  # noqa: E402
 from hotpath.openai_api.openai_server import OpenAIServer  # noqa: E402
-from hotpath.openai_api.triton import EMBEDDING_OUTPUT  # noqa: E402
+from hotpath.openai_api.triton import EMBEDDING_OUTPUT, Triton, embedding_request, output_array  # noqa: E402
 from hotpath.server.local_triton import LocalTriton  # noqa: E402
 from hotpath.server.ports import ServerPorts, free_ports  # noqa: E402
 from hotpath.server.subset import linked  # noqa: E402
@@ -36,26 +41,43 @@ from hotpath.specs.repository import Repository  # noqa: E402
 from perf.lab.compare.openai_api import MODEL, _texts, c1_grpc, c1_http  # noqa: E402
 
 
-async def _p50_ms(infer, texts, n: int) -> float:
-    """p50 ms of `n` awaited `infer(inputs)` calls, one at a time, each with a new text."""
+async def _p50_ms(infer, texts, n: int, build=lambda text: [text_input("TEXT", [text])],
+                  read=lambda result: result.as_numpy("EMBEDDING")) -> float:
+    """p50 ms of `n` awaited `infer(build(text))` calls, one at a time, each with a new text."""
     times = []
     for _ in range(n):
-        inputs = [text_input("TEXT", [next(texts)])]
         t0 = time.perf_counter()
-        (await infer(inputs)).as_numpy("EMBEDDING")
+        read(await infer(build(next(texts))))
         times.append(time.perf_counter() - t0)
     return statistics.median(times) * 1e3
 
 
 def c1_aio(url: str, texts, n: int) -> float:
-    """The call as the API makes it: tritonclient.grpc.aio from an asyncio loop."""
+    """The call as the API made it: tritonclient.grpc.aio with a deadline, from an asyncio loop."""
     async def run() -> float:
         client = grpcaio.InferenceServerClient(url)
         try:
-            return await _p50_ms(lambda inputs: client.infer(MODEL, inputs, outputs=EMBEDDING_OUTPUT), texts, n)
+            return await _p50_ms(lambda inputs: client.infer(MODEL, inputs, outputs=EMBEDDING_OUTPUT,
+                                                             client_timeout=60.0), texts, n)
         finally:
             await client.close()
-    return asyncio.run(run())
+    return uvloop.run(run())   # the API's loop
+
+
+def c1_bare(url: str, texts, n: int) -> float:
+    """The call as the API makes it: the bare stub on a grpc.aio channel, bounded by the loop."""
+    async def run() -> float:
+        triton = Triton(url)
+
+        async def infer(request):
+            async with asyncio.timeout(triton.timeout_s):
+                return await triton.stub.ModelInfer(request)
+        try:
+            return await _p50_ms(infer, texts, n, build=lambda text: embedding_request(MODEL, [text]),
+                                 read=lambda response: output_array(response, "EMBEDDING"))
+        finally:
+            await triton.close()
+    return uvloop.run(run())   # the API's loop
 
 
 def c1_thread(url: str, texts, n: int) -> float:
@@ -69,7 +91,7 @@ def c1_thread(url: str, texts, n: int) -> float:
                 None, functools.partial(client.infer, MODEL, inputs, outputs=EMBEDDING_OUTPUT)), texts, n)
         finally:
             client.close()
-    return asyncio.run(run())
+    return uvloop.run(run())   # the API's loop
 
 
 def c1_http_404(base_url: str, n: int) -> float:
@@ -94,31 +116,38 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=300)
     args = parser.parse_args()
     repository = linked(Repository().endpoint(MODEL).models)
-    hops = ("grpc", "grpc.aio", "grpc in a thread", "http, no Triton", "/v1/embeddings")
+    hops = ("grpc", "grpc.aio", "bare grpc.aio", "grpc in a thread", "http, no Triton", "/v1/embeddings")
     got: dict[str, list[float]] = {hop: [] for hop in hops}
     with LocalTriton(repository, ServerPorts(*free_ports(3)), cache_bytes=0, log=lambda m: None) as triton, \
             OpenAIServer(triton.grpc_url, free_ports(1)[0], repository) as api, \
             EmbeddingClient(triton.grpc_url) as client:
         texts = {k: _texts(k) for k in got}
         c1_http(api.base_url, texts["/v1/embeddings"], 50)
+        api_process, cpu_ms = psutil.Process(api.process.pid), []
         c1_grpc(client, texts["grpc"], 50)
         c1_aio(triton.grpc_url, texts["grpc.aio"], 50)
+        c1_bare(triton.grpc_url, texts["bare grpc.aio"], 50)
         c1_thread(triton.grpc_url, texts["grpc in a thread"], 50)
         c1_http_404(api.base_url, 50)
         for r in range(args.rounds):
             got["grpc"].append(c1_grpc(client, texts["grpc"], args.requests))
             got["grpc.aio"].append(c1_aio(triton.grpc_url, texts["grpc.aio"], args.requests))
+            got["bare grpc.aio"].append(c1_bare(triton.grpc_url, texts["bare grpc.aio"], args.requests))
             got["grpc in a thread"].append(c1_thread(triton.grpc_url, texts["grpc in a thread"], args.requests))
             got["http, no Triton"].append(c1_http_404(api.base_url, args.requests))
+            before = sum(api_process.cpu_times()[:2])
             got["/v1/embeddings"].append(c1_http(api.base_url, texts["/v1/embeddings"], args.requests))
+            cpu_ms.append((sum(api_process.cpu_times()[:2]) - before) * 1e3 / args.requests)
             print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} ms" for k, v in got.items()), flush=True)
     med = {k: statistics.median(v) for k, v in got.items()}
     print("| hop | p50 ms per round | median |\n|---|---|---|")
     for k, v in got.items():
         print(f"| {k} | {', '.join(f'{x:.2f}' for x in v)} | {med[k]:.2f} |")
     print(f"door - grpc: {med['/v1/embeddings'] - med['grpc']:+.2f} ms; grpc.aio - grpc: "
-          f"{med['grpc.aio'] - med['grpc']:+.2f} ms; grpc in a thread - grpc: "
-          f"{med['grpc in a thread'] - med['grpc']:+.2f} ms; the HTTP hop alone: {med['http, no Triton']:.2f} ms")
+          f"{med['grpc.aio'] - med['grpc']:+.2f} ms; bare grpc.aio - grpc: "
+          f"{med['bare grpc.aio'] - med['grpc']:+.2f} ms; grpc in a thread - grpc: "
+          f"{med['grpc in a thread'] - med['grpc']:+.2f} ms; the HTTP hop alone: {med['http, no Triton']:.2f} ms; "
+          f"the API's CPU per /v1/embeddings: {statistics.median(cpu_ms):.3f} ms")
     return 0
 
 
