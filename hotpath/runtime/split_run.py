@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hotpath.runtime.core_gate import CoreGate
 from hotpath.runtime.ort_session import make_session
 
 Feeds = dict[str, np.ndarray]
@@ -43,7 +44,7 @@ class SplitRunner:
     (`spin_duration_us`) matters only where a session has a pool, i.e. the wide one."""
 
     def __init__(self, model_path: Path | str, threads: int, split_from: int, allow_spinning: bool = False,
-                 wide_threads: int | None = None, spin_duration_us: int | None = None):
+                 wide_threads: int | None = None, spin_duration_us: int | None = None, gate: CoreGate | None = None):
         self.threads = max(1, int(threads))
         self.split_from = int(split_from)
         wide = max(1, int(wide_threads or self.threads))
@@ -53,11 +54,20 @@ class SplitRunner:
         self.narrow = [make_session(model_path, intra_op_threads=1, inter_op_threads=1)
                        for _ in range(self.threads)] if self.threads > 1 or wide > 1 else []
         # One part (threads 1, wide > 1): the batch runs on its single-thread session in the caller's thread.
+        # Then `gate` (hotpath.runtime.core_gate) lets one text go wide only while the other instances idle.
+        self.gate = gate if wide > self.threads == 1 else None
         self.pool = ThreadPoolExecutor(len(self.narrow), thread_name_prefix="ort-part") if len(self.narrow) > 1 else None
 
     def run(self, feeds: Feeds) -> np.ndarray:
         """The encoder's output for `feeds` (int64 arrays [n, length] with an `attention_mask`)."""
         n = len(feeds["attention_mask"])
+        if self.gate is not None:
+            wide = self.gate.enter()
+            try:
+                session = self.wide if wide and n < self.split_from else self.narrow[0]
+                return session.run([self.output], feeds)[0]
+            finally:
+                self.gate.leave()
         if not self.narrow or n < self.split_from:
             return self.wide.run([self.output], feeds)[0]
         if len(self.narrow) == 1:

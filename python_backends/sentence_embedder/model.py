@@ -17,6 +17,7 @@ import triton_python_backend_utils as pb_utils
 
 from hotpath.runtime.backend_args import parameters, version_dir
 from hotpath.runtime.backend_io import fault_error, guarded, input_array, invalid
+from hotpath.runtime.core_gate import CoreGate
 from hotpath.runtime.embedder import INPUTS, Embedder
 from hotpath.runtime.lifetime import exit_with_server
 from hotpath.runtime.parameters import EmbedderParameters
@@ -31,8 +32,10 @@ class TritonPythonModel:
         self.execute_log = ExecuteLog.open(args)
         params = EmbedderParameters.parse(parameters(args))
         # With several intra-op threads one text runs on all of them and a batch is cut by length into one
-        # single-thread run per thread (hotpath.runtime.split_run); the spec ships one thread per instance.
-        self.embedder = Embedder(version_dir(args), params)
+        # single-thread run per thread (hotpath.runtime.split_run); the spec ships one thread per instance,
+        # and one text on two threads while the other instance idles (hotpath.runtime.core_gate).
+        self.gate = CoreGate.for_instance(args["model_name"], args["model_instance_name"])
+        self.embedder = Embedder(version_dir(args), params, gate=self.gate)
         self.limits = params.text_limits()
         self.usage = Usage(pb_utils, args["model_name"], ("embedding_tokens",))
 
@@ -65,3 +68,4 @@ class TritonPythonModel:
 
     def finalize(self):
         self.usage.close()
+        self.gate.close()

@@ -4,6 +4,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from hotpath.runtime.core_gate import CoreGate
 from hotpath.runtime.split_run import SplitRunner, balanced_cut
 
 
@@ -82,3 +83,22 @@ def test_one_text_on_more_threads_batches_on_one(tmp_path):
         got = runner.run(feeds)
         np.testing.assert_array_equal(got[:, 1], feeds["attention_mask"].sum(1))
     assert calls == ["wide", "narrow"]
+
+
+def test_split_runner_runs_one_text_narrow_while_another_instance_runs(tmp_path):
+    model = _masked_mean_model(tmp_path / "m.onnx")
+    mine, other = (CoreGate(tmp_path, "hotpath-cores-1-m-", name) for name in ("m_0_0", "m_0_1"))
+    runner = SplitRunner(model, threads=1, split_from=2, wide_threads=2, gate=mine)
+    calls = []
+    for name, session in (("wide", runner.wide), ("narrow", runner.narrow[0])):
+        run = session.run
+        session.run = lambda *a, _run=run, _name=name, **k: calls.append(_name) or _run(*a, **k)
+    feeds = _batch(np.random.default_rng(3), 1)
+    runner.run(feeds)
+    assert other.enter()      # the gate was left: the other instance finds this one idle
+    got = runner.run(feeds)
+    other.leave()
+    runner.run(_batch(np.random.default_rng(4), 5))
+    np.testing.assert_array_equal(got[:, 1], feeds["attention_mask"].sum(1))
+    assert calls == ["wide", "narrow", "narrow"]
+    assert SplitRunner(model, threads=2, split_from=2, gate=mine).gate is None   # no wide layout: no gate

@@ -8,7 +8,8 @@ One tritonserver serving text_embedding; the small tenant sends one short unique
 `--busy-workers` calls of 32 short texts (the endpoint's max batch) in flight through the gateway,
 pausing 50 ms after a refusal, then the same busy load sent to Triton directly (no gateway: what the
 small tenant meets without fair shares). `--instances N` reloads sentence_embedder with N instances of
-one ORT thread each (the spec ships 1 instance of 2 threads): a batch holds one instance, not both cores.
+one ORT thread each (the spec ships 2, and one text on 2 threads while the other idles): a batch holds one
+instance, not both cores.
 """
 
 import multiprocessing
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         f"`.venv/bin/python -m perf study fairness --duration {args.duration:g} --rate {args.rate:g} --busy-workers "
         f"{args.busy_workers}{f' --instances {args.instances}' if args.instances else ''}`: a tritonserver "
         f"serving {MODEL} ({STEP}: "
-        f"{f'{args.instances} instances of 1 ORT thread' if args.instances else 'the spec, 1 instance of 2 threads'}) behind the tenant gateway (cap "
+        f"{f'{args.instances} instances of 1 ORT thread' if args.instances else 'the spec: 2 instances of 1 ORT thread, one text on 2 while the other idles'}) behind the tenant gateway (cap "
         f"{settings.in_flight_cap} calls, {settings.work_cap} texts in flight; two tenants of weight 1, rate limits "
         f"that never bite). The small tenant sends one short text at {args.rate:g}/s; the busy tenant keeps "
         f"{args.busy_workers} calls of {BATCH} texts in flight from a process of its own, pausing "
