@@ -63,6 +63,8 @@ def output_array(response: service_pb2.ModelInferResponse, name: str) -> np.ndar
         if tensor.name == name:
             return np.frombuffer(raw, dtype=triton_to_np_dtype(tensor.datatype)).reshape(tuple(tensor.shape))
     return None
+
+
 GENERATION_OUTPUTS = [grpcclient.InferRequestedOutput(n) for n in OUTPUTS]
 
 

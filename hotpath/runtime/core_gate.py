@@ -14,9 +14,11 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import time
 from pathlib import Path
 
 SHARED_DIRS = (Path("/dev/shm"), Path("/tmp"))
+RESCAN_S = 1.0   # how often the folder is read again for instances that started later (not per text)
 
 
 def _safe(name: str) -> str:
@@ -29,6 +31,7 @@ class CoreGate:
         self.path = folder / f"{prefix}{_safe(instance)}.lock"
         self._own = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         self._others: dict[str, int] = {}
+        self._scanned_at = float("-inf")
 
     @classmethod
     def for_instance(cls, model: str, instance: str, server_pid: int | None = None) -> "CoreGate":
@@ -53,6 +56,10 @@ class CoreGate:
         self.path.unlink(missing_ok=True)
 
     def _other_fds(self) -> list[int]:
+        now = time.monotonic()
+        if now - self._scanned_at < RESCAN_S:
+            return list(self._others.values())
+        self._scanned_at = now
         for entry in os.scandir(self.folder):   # instances that started after this one
             if entry.name.startswith(self.prefix) and entry.path != str(self.path) and entry.name not in self._others:
                 try:

@@ -32,8 +32,9 @@ import tritonclient.grpc.aio as grpcaio  # noqa: E402
 import uvloop  # noqa: E402
 
 from hotpath.client import EmbeddingClient, text_input  # noqa: E402
+from hotpath.openai_api.catalog import ServedModel  # noqa: E402
 from hotpath.openai_api.openai_server import OpenAIServer  # noqa: E402
-from hotpath.openai_api.triton import EMBEDDING_OUTPUT, Triton, embedding_request, output_array  # noqa: E402
+from hotpath.openai_api.triton import EMBEDDING_OUTPUT, Triton  # noqa: E402
 from hotpath.server.local_triton import LocalTriton  # noqa: E402
 from hotpath.server.ports import ServerPorts, free_ports  # noqa: E402
 from hotpath.server.subset import linked  # noqa: E402
@@ -65,16 +66,14 @@ def c1_aio(url: str, texts, n: int) -> float:
 
 
 def c1_bare(url: str, texts, n: int) -> float:
-    """The call as the API makes it: the bare stub on a grpc.aio channel, bounded by the loop."""
+    """The call as the API makes it: Triton.embed (the bare stub on a grpc.aio channel, bounded by the loop)."""
+    model = ServedModel(MODEL, MODEL, "embedding", None, max_batch_size=32)
+
     async def run() -> float:
         triton = Triton(url)
-
-        async def infer(request):
-            async with asyncio.timeout(triton.timeout_s):
-                return await triton.stub.ModelInfer(request)
         try:
-            return await _p50_ms(infer, texts, n, build=lambda text: embedding_request(MODEL, [text]),
-                                 read=lambda response: output_array(response, "EMBEDDING"))
+            return await _p50_ms(lambda batch: triton.embed(model, batch), texts, n, build=lambda text: [text],
+                                 read=lambda vectors: vectors)
         finally:
             await triton.close()
     return uvloop.run(run())   # the API's loop
